@@ -1,0 +1,104 @@
+"""Connections: a pool that waits for the database, JSON codecs, the schema loader."""
+
+from __future__ import annotations
+
+import json
+import logging
+from importlib import resources
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import asyncpg
+from tenacity import (
+    AsyncRetrying,
+    RetryError,
+    retry_if_exception_type,
+    stop_after_delay,
+    wait_exponential_jitter,
+)
+
+from . import queries
+from .errors import DatabaseUnavailable
+
+log = logging.getLogger("hookrelay.db")
+T = TypeVar("T")
+
+# What "the database is not there (yet)" looks like from asyncpg's side.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.TooManyConnectionsError,
+    asyncpg.ConnectionDoesNotExistError,
+    asyncpg.InterfaceError,
+    TimeoutError,
+)
+
+
+def schema_sql() -> str:
+    """The schema, read from the installed package (``schema.sql``)."""
+    return resources.files("outbox").joinpath("schema.sql").read_text(encoding="utf-8")
+
+
+async def init_connection(conn: asyncpg.Connection) -> None:
+    """Decode json/jsonb to Python values and always talk UTC."""
+    for typ in ("json", "jsonb"):
+        await conn.set_type_codec(
+            typ, encoder=json.dumps, decoder=json.loads, schema="pg_catalog"
+        )
+
+
+async def apply_schema(conn: asyncpg.Connection) -> None:
+    """Apply ``schema.sql``; harmless to run twice or from several processes."""
+    async with conn.transaction():
+        await conn.execute(queries.APPLY_SCHEMA_LOCK)
+        await conn.execute(schema_sql())
+
+
+SERVER_SETTINGS = {"timezone": "UTC", "application_name": "hookrelay"}
+
+
+async def _with_retries(factory: Callable[[], Awaitable[T]], wait_s: float) -> T:
+    """Call ``factory`` until it connects, for up to ``wait_s`` seconds."""
+    try:
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception_type(TRANSIENT_ERRORS),
+            wait=wait_exponential_jitter(multiplier=0.1, max=2.0),
+            stop=stop_after_delay(wait_s),
+        ):
+            with attempt:
+                if attempt.retry_state.attempt_number > 1:
+                    log.info("waiting for the database (attempt %d)",
+                             attempt.retry_state.attempt_number)
+                return await factory()
+    except RetryError as exc:
+        last = exc.last_attempt.exception()
+        raise DatabaseUnavailable(f"database not reachable after {wait_s:g}s: {last}") from last
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def create_pool(
+    dsn: str, *, min_size: int = 1, max_size: int = 10, wait_s: float = 30.0, **kwargs: Any
+) -> asyncpg.Pool:
+    """A pool, retrying the first connection for up to ``wait_s`` seconds.
+
+    Raises :class:`DatabaseUnavailable` with the last error if it never answers.
+    """
+
+    async def factory() -> asyncpg.Pool:
+        return await asyncpg.create_pool(
+            dsn, min_size=min_size, max_size=max_size, init=init_connection,
+            server_settings=SERVER_SETTINGS, **kwargs,
+        )
+
+    return await _with_retries(factory, wait_s)
+
+
+async def connect(dsn: str, *, wait_s: float = 30.0) -> asyncpg.Connection:
+    """One dedicated connection (e.g. for LISTEN), with the same waiting rules."""
+
+    async def factory() -> asyncpg.Connection:
+        conn = await asyncpg.connect(dsn, server_settings=SERVER_SETTINGS)
+        await init_connection(conn)
+        return conn
+
+    return await _with_retries(factory, wait_s)

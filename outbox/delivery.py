@@ -1,0 +1,137 @@
+"""One delivery attempt: sign, POST under one total deadline, read a capped body, classify.
+
+The rules (DESIGN.md): 2xx delivered; 410 dead at once; 429/503 honour
+Retry-After within the policy's cap; redirects are not followed and count as
+failures; any other status, a timeout or a connection error is retried until
+the attempt budget is spent. A destination the SSRF guard refuses is dead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from uuid import UUID
+
+import httpx
+
+from .errors import BlockedDestination
+from .models import Outcome
+from .retry import RetryPolicy, parse_retry_after
+from .signing import Signer
+from .ssrf import AddressPolicy, blocked_reason
+
+PREFIX_CHARS = 256
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedEvent:
+    """An outbox row this dispatcher holds a lease on."""
+
+    id: int
+    event_id: str
+    tenant_id: str
+    task_id: str
+    event_type: str
+    callback_url: str
+    host: str
+    body: bytes
+    attempts: int
+    budget_used: int
+    token: UUID
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptResult:
+    event: ClaimedEvent
+    outcome: Outcome
+    attempted_at: datetime
+    duration_ms: float
+    status_code: int | None = None
+    error: str | None = None
+    response_prefix: str | None = None
+    next_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptLimits:
+    total_timeout_s: float = 15.0
+    max_response_bytes: int = 65_536
+
+
+async def _read_capped(response: httpx.Response, cap: int) -> bytes:
+    """At most ``cap`` decoded bytes; the rest is never read."""
+    buf = bytearray()
+    async for chunk in response.aiter_bytes():
+        buf += chunk
+        if len(buf) >= cap:
+            break
+    return bytes(buf[:cap])
+
+
+def _judge(status: int, headers: httpx.Headers) -> tuple[Outcome, str | None, float | None]:
+    """Outcome, error text and server-requested delay for one HTTP status."""
+    if 200 <= status < 300:
+        return "delivered", None, None
+    if status == 410:
+        return "dead", "receiver answered 410 Gone", None
+    if 300 <= status < 400:
+        where = headers.get("location", "?")
+        return "retry", f"redirect {status} to {where[:200]} not followed", None
+    if status in (429, 503):
+        return "retry", f"HTTP {status}", parse_retry_after(headers.get("retry-after"))
+    return "retry", f"HTTP {status}", None
+
+
+async def attempt(
+    client: httpx.AsyncClient,
+    event: ClaimedEvent,
+    signer: Signer,
+    policy: RetryPolicy,
+    addresses: AddressPolicy,
+    limits: AttemptLimits,
+) -> AttemptResult:
+    """Make one attempt and decide what happens to the event next."""
+    attempted_at = datetime.now(UTC)
+    started = time.perf_counter()
+    status: int | None = None
+    prefix: str | None = None
+    retry_after: float | None = None
+    try:
+        # The URL was checked at submit; checking again here catches IP-literal
+        # hosts, which never reach the guarded resolver.
+        addresses.check_url(event.callback_url)
+        headers = signer.headers(event.event_id, int(time.time()), event.body)
+        async with asyncio.timeout(limits.total_timeout_s):
+            async with client.stream(
+                "POST", event.callback_url, content=event.body, headers=headers
+            ) as response:
+                status = response.status_code
+                raw = await _read_capped(response, limits.max_response_bytes)
+        prefix = raw[:PREFIX_CHARS * 4].decode("utf-8", "replace")[:PREFIX_CHARS] or None
+        outcome, error, retry_after = _judge(status, response.headers)
+    except TimeoutError:
+        outcome, error = "retry", f"timed out after {limits.total_timeout_s:g}s"
+    except BlockedDestination as exc:
+        outcome, error = "dead", f"destination refused: {exc.reason}"
+    except ValueError as exc:
+        outcome, error = "dead", f"invalid callback URL: {exc}"
+    except httpx.HTTPError as exc:
+        reason = blocked_reason(exc)
+        if reason is not None:
+            outcome, error = "dead", f"destination refused: {reason}"
+        else:
+            outcome, error = "retry", f"{type(exc).__name__}: {exc}"[:500] or type(exc).__name__
+    duration_ms = (time.perf_counter() - started) * 1000
+    next_at = None
+    if outcome == "retry":
+        if policy.exhausted(event.budget_used + 1):
+            outcome = "dead"
+            error = f"{error} (gave up after {event.budget_used + 1} attempts)"
+        else:
+            delay = policy.next_delay(event.budget_used + 1, retry_after=retry_after)
+            next_at = attempted_at + timedelta(seconds=delay)
+    return AttemptResult(
+        event, outcome, attempted_at, duration_ms, status, error, prefix, next_at
+    )

@@ -1,0 +1,205 @@
+"""The dispatcher: claim due outbox rows under a lease, deliver them, record outcomes in batches.
+
+Claims and outcome writes are short transactions on their own; no transaction
+is open while an HTTP request is in flight. Outcomes are fenced on the claim's
+lease token, so a dispatcher that stalled past its lease cannot overwrite the
+work of the one that took the row over. A killed dispatcher simply stops
+renewing nothing: its leases run out and the rows are due again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import asyncpg
+import httpx
+
+from . import ids, queries
+from .crypto import SecretBox
+from .db import TRANSIENT_ERRORS, connect
+from .delivery import AttemptLimits, ClaimedEvent, attempt
+from .keyring import Keyring
+from .recorder import Recorder
+from .retry import RetryPolicy
+from .signing import Signer
+from .ssrf import AddressPolicy
+
+log = logging.getLogger("hookrelay.dispatcher")
+
+
+@dataclass(frozen=True)
+class DispatcherConfig:
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
+    addresses: AddressPolicy = field(default_factory=AddressPolicy)
+    limits: AttemptLimits = field(default_factory=AttemptLimits)
+    lease_s: float = 30.0
+    batch_size: int = 200
+    concurrency: int = 200
+    per_host_concurrency: int = 20
+    poll_interval_s: float = 0.5
+    owner: str = field(default_factory=ids.lease_owner)
+
+
+class Dispatcher:
+    """Runs until :meth:`stop`; ``counters`` says what it did."""
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        dsn: str,
+        client: httpx.AsyncClient,
+        secret_box: SecretBox,
+        config: DispatcherConfig,
+    ) -> None:
+        self.pool, self.dsn, self.client, self.config = pool, dsn, client, config
+        self.keyring = Keyring(secret_box)
+        self.counters: Counter[str] = Counter()
+        self.recorder = Recorder(pool, self.counters, batch_size=config.batch_size)
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._in_flight: dict[int, tuple[ClaimedEvent, asyncio.Task[None]]] = {}
+        self._per_host: Counter[str] = Counter()
+        self._low_water = max(1, min(config.batch_size, config.concurrency) // 4)
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def run(self) -> None:
+        """Claim and deliver until stopped; returns after a graceful drain."""
+        listener = await self._listen()
+        recorder = asyncio.create_task(self.recorder.run(), name="hookrelay-recorder")
+        try:
+            while not self._stopping.is_set():
+                free = self._free_slots()
+                # Claim in batches: refilling one freed slot at a time would
+                # cost a round trip per event.
+                if free >= self._low_water or (free > 0 and not self._in_flight):
+                    try:
+                        got, wanted = await self._claim_round()
+                    except TRANSIENT_ERRORS as exc:
+                        log.warning("claim failed, retrying: %s", exc)
+                        got, wanted = 0, 1
+                        await asyncio.sleep(self.config.poll_interval_s)
+                    if got and got == wanted:
+                        continue  # a full batch: more is probably due right now
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.config.poll_interval_s)
+        finally:
+            await self._drain()
+            await self.recorder.stop()
+            await recorder
+            if listener is not None:
+                with contextlib.suppress(Exception):
+                    await listener.close()
+            log.info("dispatcher stopped", extra={"counters": dict(self.counters)})
+
+    def stop(self) -> None:
+        """Stop claiming; :meth:`run` finishes in-flight attempts and returns."""
+        self._stopping.set()
+        self._wake.set()
+
+    async def _listen(self) -> asyncpg.Connection | None:
+        try:
+            conn = await connect(self.dsn, wait_s=5.0)
+            await conn.add_listener(queries.OUTBOX_CHANNEL, lambda *_: self._wake.set())
+            return conn
+        except Exception as exc:  # polling still delivers, only later
+            log.warning("LISTEN unavailable, polling only: %s", exc)
+            return None
+
+    async def _drain(self) -> None:
+        """Let in-flight attempts finish within one attempt's deadline, then give rows back."""
+        pending = [t for _, t in self._in_flight.values()]
+        if pending:
+            await asyncio.wait(pending, timeout=self.config.limits.total_timeout_s + 1)
+        leftovers = [e for e, t in self._in_flight.values() if not t.done()]
+        for _, t in self._in_flight.values():
+            t.cancel()
+        await self._release(leftovers)
+
+    # --------------------------------------------------------------- claims
+
+    def _free_slots(self) -> int:
+        return self.config.concurrency - len(self._in_flight)
+
+    async def _claim_round(self) -> tuple[int, int]:
+        """Claim and launch one batch; returns (rows claimed, rows asked for)."""
+        want = min(self._free_slots(), self.config.batch_size)
+        saturated = [h for h, n in self._per_host.items() if n >= self.config.per_host_concurrency]
+        token = uuid.uuid4()
+        async with self.pool.acquire() as conn:
+            rows = await conn.fetch(
+                queries.CLAIM_BATCH, want, self.config.lease_s, self.config.owner, token,
+                saturated,
+            )
+            if not rows:
+                return 0, want
+            signers = await self.keyring.signers(conn, {r["tenant_id"] for r in rows})
+        self.counters["claimed"] += len(rows)
+        excess: list[ClaimedEvent] = []
+        for row in rows:
+            event = ClaimedEvent(
+                id=row["id"], event_id=row["event_id"], tenant_id=row["tenant_id"],
+                task_id=row["task_id"], event_type=row["event_type"],
+                callback_url=row["callback_url"], host=row["host"],
+                body=row["body"].encode("utf-8"), attempts=row["attempts"],
+                budget_used=row["budget_used"], token=token,
+            )
+            if self._per_host[event.host] >= self.config.per_host_concurrency:
+                excess.append(event)  # give it back rather than hold a lease idle
+                continue
+            self._per_host[event.host] += 1
+            task = asyncio.create_task(self._deliver(event, signers[event.tenant_id]))
+            self._in_flight[event.id] = (event, task)
+        if excess:
+            await self._release(excess)
+        return len(rows), want
+
+    async def _release(self, events: list[ClaimedEvent]) -> None:
+        if not events:
+            return
+        by_token: dict[uuid.UUID, list[int]] = {}
+        for e in events:
+            by_token.setdefault(e.token, []).append(e.id)
+        try:
+            async with self.pool.acquire() as conn:
+                for token, row_ids in by_token.items():
+                    await conn.execute(queries.RELEASE_LEASES, row_ids, token)
+            self.counters["released"] += len(events)
+        except Exception as exc:  # the leases run out by themselves
+            log.warning("could not release %d leases: %s", len(events), exc)
+
+    # ------------------------------------------------------------- delivery
+
+    async def _deliver(self, event: ClaimedEvent, signer: Signer) -> None:
+        try:
+            result = await attempt(
+                self.client, event, signer, self.config.policy,
+                self.config.addresses, self.config.limits,
+            )
+            self.recorder.add(result)
+            log.debug("attempt %s", result.outcome,
+                      extra={"event_id": event.event_id, "task_id": event.task_id})
+        finally:
+            self._in_flight.pop(event.id, None)
+            self._per_host[event.host] -= 1
+            if self._per_host[event.host] <= 0:
+                del self._per_host[event.host]
+            self._wake.set()
+
+
+@contextlib.asynccontextmanager
+async def running(dispatcher: Dispatcher) -> AsyncIterator[Dispatcher]:
+    """Run ``dispatcher`` in the background for the duration of the block."""
+    task = asyncio.create_task(dispatcher.run(), name="hookrelay-dispatcher")
+    try:
+        yield dispatcher
+    finally:
+        dispatcher.stop()
+        await task

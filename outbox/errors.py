@@ -1,0 +1,96 @@
+"""Exceptions raised by the ``outbox`` package.
+
+The tree::
+
+    OutboxError
+    ├── DatabaseUnavailable        the database cannot be reached (after retries)
+    ├── TaskNotFound               no task with that id (for that tenant)
+    ├── TenantNotFound             no tenant with that id
+    ├── InvalidTransition          the task is not in a state that allows the change
+    ├── IdempotencyError
+    │   ├── IdempotencyKeyReused   same key, different request body
+    │   └── IdempotencyInFlight    same key, the first request is still running
+    ├── DeadLetterNotFound         no dead letter with that event id
+    ├── AlreadyReplayed            the dead letter is already back in the outbox
+    ├── BlockedDestination         a callback URL points where we must not connect
+    └── ConfigurationError         a bad key, secret or setting
+
+asyncpg errors are mapped to these at the query layer, so callers never need to
+import asyncpg to handle a business outcome.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class OutboxError(Exception):
+    """Root of every error this package raises on purpose."""
+
+
+class DatabaseUnavailable(OutboxError):
+    """The database could not be reached, even after retrying."""
+
+
+class TaskNotFound(OutboxError):
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"task {task_id!r} not found")
+        self.task_id = task_id
+
+
+class TenantNotFound(OutboxError):
+    def __init__(self, tenant_id: str) -> None:
+        super().__init__(f"tenant {tenant_id!r} not found")
+        self.tenant_id = tenant_id
+
+
+class InvalidTransition(OutboxError):
+    """The task's current status does not allow the requested change.
+
+    ``current`` carries the task row as it is now, so the caller can show it.
+    """
+
+    def __init__(self, task_id: str, current: Any) -> None:
+        super().__init__(f"task {task_id!r} cannot make that transition")
+        self.task_id = task_id
+        self.current = current
+
+
+class IdempotencyError(OutboxError):
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class IdempotencyKeyReused(IdempotencyError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key, "this Idempotency-Key was used with a different request body")
+
+
+class IdempotencyInFlight(IdempotencyError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key, "a request with this Idempotency-Key is still in progress")
+
+
+class DeadLetterNotFound(OutboxError):
+    def __init__(self, event_id: str) -> None:
+        super().__init__(f"dead letter {event_id!r} not found")
+        self.event_id = event_id
+
+
+class AlreadyReplayed(OutboxError):
+    def __init__(self, event_id: str) -> None:
+        super().__init__(f"dead letter {event_id!r} was already replayed")
+        self.event_id = event_id
+
+
+class BlockedDestination(OutboxError):
+    """A callback URL resolves to an address the SSRF guard refuses."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class ConfigurationError(OutboxError):
+    """A key, secret or setting is malformed."""

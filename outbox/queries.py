@@ -1,0 +1,238 @@
+"""Every SQL statement hookrelay runs, named and commented, ``$n`` placeholders only.
+
+asyncpg prepares and caches each statement per connection, so keeping them as
+module constants also keeps them prepared.
+"""
+
+from __future__ import annotations
+
+OUTBOX_CHANNEL = "hookrelay_outbox"
+TASKS_CHANNEL = "hookrelay_tasks"
+NON_TERMINAL = ["queued", "running"]
+
+# -- apply_schema_lock --
+# Serialises concurrent `migrate` runs; IF NOT EXISTS alone races on catalogs.
+APPLY_SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(7240112)"
+
+# ---------------------------------------------------------------- tenants
+
+# -- insert_tenant --
+INSERT_TENANT = """
+INSERT INTO tenants (id, name, api_key_hash) VALUES ($1, $2, $3)
+RETURNING id, name, created_at
+"""
+
+# -- insert_secret --
+INSERT_SECRET = "INSERT INTO signing_secrets (tenant_id, secret_enc) VALUES ($1, $2)"
+
+# -- expire_secrets --
+# Rotation: every secret still signing keeps doing so for the overlap, no longer.
+EXPIRE_SECRETS = """
+UPDATE signing_secrets
+   SET expires_at = LEAST(COALESCE(expires_at, 'infinity'), now() + make_interval(secs => $2))
+ WHERE tenant_id = $1 AND (expires_at IS NULL OR expires_at > now())
+"""
+
+# -- tenant_exists --
+TENANT_EXISTS = "SELECT EXISTS (SELECT 1 FROM tenants WHERE id = $1)"
+
+# -- tenant_by_key_hash --
+TENANT_BY_KEY_HASH = "SELECT id, name, api_key_hash FROM tenants WHERE api_key_hash = $1"
+
+# -- active_secrets --
+# Newest first: the first signature in the header is made with the newest key.
+ACTIVE_SECRETS = """
+SELECT tenant_id, secret_enc, expires_at
+  FROM signing_secrets
+ WHERE tenant_id = ANY($1::text[]) AND (expires_at IS NULL OR expires_at > now())
+ ORDER BY tenant_id, created_at DESC, id DESC
+"""
+
+# ------------------------------------------------------------------ tasks
+
+# -- insert_task --
+INSERT_TASK = """
+INSERT INTO tasks (id, tenant_id, type, input, callback_url, metadata, timeout_at)
+VALUES ($1, $2, $3, $4, $5, $6,
+        CASE WHEN $7::float8 IS NULL THEN NULL ELSE now() + make_interval(secs => $7) END)
+RETURNING *
+"""
+
+# -- get_task --
+# $2 NULL means "any tenant" (executor and ops); partners always pass theirs.
+GET_TASK = "SELECT * FROM tasks WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)"
+
+# -- list_tasks --
+# Keyset pagination on (updated_at, id), served by tasks_tenant_updated.
+LIST_TASKS = """
+SELECT * FROM tasks
+ WHERE tenant_id = $1
+   AND ($2::text IS NULL OR status = $2)
+   AND ($3::timestamptz IS NULL OR updated_at > $3)
+   AND ($4::timestamptz IS NULL OR (updated_at, id) > ($4, $5::text))
+ ORDER BY updated_at, id
+ LIMIT $6
+"""
+
+# -- transition_task --
+# The state machine lives in the WHERE clause: the row changes only if its
+# current status is one of $6, so two racing transitions cannot both win.
+# A terminal transition ($5 = new event id) also starts the delivery summary.
+TRANSITION_TASK = """
+UPDATE tasks
+   SET status = $2,
+       result = COALESCE($3, result),
+       error = COALESCE($4, error),
+       updated_at = now(),
+       completed_at = CASE WHEN $5::text IS NULL THEN completed_at ELSE now() END,
+       version = version + 1,
+       event_id = COALESCE($5, event_id),
+       delivery_status = CASE WHEN $5::text IS NULL THEN delivery_status ELSE 'pending' END,
+       next_attempt_at = CASE WHEN $5::text IS NULL THEN next_attempt_at ELSE now() END
+ WHERE id = $1 AND status = ANY($6::text[]) AND ($7::text IS NULL OR tenant_id = $7)
+RETURNING *
+"""
+
+# -- insert_outbox --
+INSERT_OUTBOX = """
+INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host, body)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+"""
+
+# -- notify --
+# Delivered at commit, so a dispatcher never wakes for an uncommitted row.
+NOTIFY = f"SELECT pg_notify('{OUTBOX_CHANNEL}', ''), pg_notify('{TASKS_CHANNEL}', $1)"
+
+# ------------------------------------------------------------ idempotency
+
+# -- idempotency_lock --
+# Non-blocking: a second request with the same key while the first is still in
+# its transaction gets "in flight" (409) rather than queueing behind it.
+IDEMPOTENCY_LOCK = "SELECT pg_try_advisory_xact_lock(hashtextextended($1 || ':' || $2, 42))"
+
+# -- idempotency_get --
+IDEMPOTENCY_GET = """
+SELECT request_hash, task_id FROM idempotency_keys WHERE tenant_id = $1 AND key = $2
+"""
+
+# -- idempotency_put --
+IDEMPOTENCY_PUT = """
+INSERT INTO idempotency_keys (tenant_id, key, request_hash, task_id) VALUES ($1, $2, $3, $4)
+"""
+
+# ------------------------------------------------------------- dispatcher
+
+# -- claim_batch --
+# Lease up to $1 due rows for $2 seconds under token $4.
+# FOR UPDATE SKIP LOCKED: concurrent dispatchers each take a disjoint set at
+# once instead of queueing on each other's row locks; the lease, not the row
+# lock, is what holds the claim after this short transaction commits, so no
+# transaction stays open across the HTTP calls. Hosts already at their
+# concurrency cap ($5) are skipped, so their rows stay free for later.
+CLAIM_BATCH = """
+WITH due AS (
+    SELECT id
+      FROM outbox
+     WHERE GREATEST(next_attempt_at, leased_until) <= now()
+       AND host <> ALL($5::text[])
+     ORDER BY GREATEST(next_attempt_at, leased_until)
+     LIMIT $1
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE outbox o
+   SET leased_until = now() + make_interval(secs => $2),
+       lease_token = $4,
+       lease_owner = $3
+  FROM due
+ WHERE o.id = due.id
+RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url, o.host,
+          o.body, o.attempts, o.budget_used
+"""
+
+# -- release_leases --
+# Give rows back untouched (shutdown, or more rows for a host than it may take).
+# Fenced on the token: rows another dispatcher took over are left alone.
+RELEASE_LEASES = """
+UPDATE outbox
+   SET leased_until = NULL, lease_token = NULL, lease_owner = NULL
+ WHERE id = ANY($1::bigint[]) AND lease_token = $2
+"""
+
+# -- record_outcomes --
+# One statement, one round trip, for a whole batch of attempt outcomes.
+# Every write is fenced on (id, lease_token): a dispatcher whose lease ran out
+# and whose row another dispatcher now holds matches nothing, so its stale
+# outcome is dropped, not written over the new owner's work. Only rows that pass
+# the fence get an attempt logged and the task summary updated.
+RECORD_OUTCOMES = """
+WITH input AS (
+    SELECT *
+      FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::timestamptz[], $5::int[],
+                  $6::text[], $7::timestamptz[], $8::float8[], $9::text[])
+        AS i(id, token, outcome, next_at, status_code, error, attempted_at, duration_ms,
+             response_prefix)
+),
+delivered AS (
+    DELETE FROM outbox o USING input i
+     WHERE o.id = i.id AND o.lease_token = i.token AND i.outcome = 'delivered'
+    RETURNING o.id, o.event_id, o.task_id, o.tenant_id, o.attempts + 1 AS number
+),
+retried AS (
+    UPDATE outbox o
+       SET attempts = o.attempts + 1,
+           budget_used = o.budget_used + 1,
+           next_attempt_at = i.next_at,
+           leased_until = NULL, lease_token = NULL, lease_owner = NULL,
+           last_error = i.error, last_status_code = i.status_code
+      FROM input i
+     WHERE o.id = i.id AND o.lease_token = i.token AND i.outcome = 'retry'
+    RETURNING o.id, o.event_id, o.task_id, o.tenant_id, o.attempts AS number
+),
+dead AS (
+    DELETE FROM outbox o USING input i
+     WHERE o.id = i.id AND o.lease_token = i.token AND i.outcome = 'dead'
+    RETURNING o.*
+),
+buried AS (
+    INSERT INTO dead_letters AS d (event_id, tenant_id, task_id, event_type, callback_url, body,
+                                   created_at, attempts, last_error, last_status_code)
+    SELECT x.event_id, x.tenant_id, x.task_id, x.event_type, x.callback_url, x.body,
+           x.created_at, x.attempts + 1, i.error, i.status_code
+      FROM dead x JOIN input i ON i.id = x.id
+    ON CONFLICT (event_id) DO UPDATE
+       SET failed_at = now(), attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error,
+           last_status_code = EXCLUDED.last_status_code, callback_url = EXCLUDED.callback_url,
+           replayed_at = NULL, replayed_by = NULL
+),
+fenced AS (
+    SELECT id, event_id, task_id, tenant_id, number FROM delivered
+    UNION ALL SELECT id, event_id, task_id, tenant_id, number FROM retried
+    UNION ALL SELECT id, event_id, task_id, tenant_id, attempts + 1 FROM dead
+),
+logged AS (
+    INSERT INTO delivery_attempts (event_id, task_id, tenant_id, number, attempted_at,
+                                   duration_ms, outcome, status_code, error, response_prefix)
+    SELECT f.event_id, f.task_id, f.tenant_id, f.number, i.attempted_at, i.duration_ms,
+           i.outcome, i.status_code, i.error, i.response_prefix
+      FROM fenced f JOIN input i ON i.id = f.id
+),
+summary AS (
+    UPDATE tasks t
+       SET delivery_status = CASE i.outcome WHEN 'delivered' THEN 'delivered'
+                                            WHEN 'dead' THEN 'dead' ELSE 'pending' END,
+           delivery_attempts = f.number,
+           last_attempt_at = i.attempted_at,
+           last_status_code = i.status_code,
+           last_error = i.error,
+           next_attempt_at = CASE WHEN i.outcome = 'retry' THEN i.next_at END,
+           delivered_at = CASE WHEN i.outcome = 'delivered' THEN i.attempted_at
+                               ELSE t.delivered_at END,
+           updated_at = now()
+      FROM fenced f JOIN input i ON i.id = f.id
+     WHERE t.id = f.task_id AND t.event_id = f.event_id
+)
+SELECT f.id FROM fenced f
+"""
+
+# -- outbox_depth --
+OUTBOX_DEPTH = "SELECT count(*) FROM outbox"

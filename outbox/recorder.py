@@ -1,0 +1,91 @@
+"""Writes attempt outcomes in batches: one statement, one round trip, one transaction each."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+
+import asyncpg
+
+from . import queries
+from .db import TRANSIENT_ERRORS
+from .delivery import AttemptResult
+
+log = logging.getLogger("hookrelay.dispatcher")
+
+# How long an outcome may wait for companions before it is written alone: short
+# against an HTTP round trip, long enough to batch a busy dispatcher's results.
+LINGER_S = 0.005
+RETRY_PAUSE_S = 0.5
+
+
+class Recorder:
+    def __init__(self, pool: asyncpg.Pool, counters: Counter[str], *, batch_size: int) -> None:
+        self._pool = pool
+        self._counters = counters
+        self._batch_size = batch_size
+        self._pending: list[AttemptResult] = []
+        self._ready = asyncio.Event()
+        self._stopping = False
+
+    def add(self, result: AttemptResult) -> None:
+        self._pending.append(result)
+        self._ready.set()
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self._ready.set()
+
+    async def run(self) -> None:
+        """Flush until stopped, then flush what is left."""
+        while True:
+            await self._ready.wait()
+            if not self._stopping and len(self._pending) < self._batch_size:
+                await asyncio.sleep(LINGER_S)
+            self._ready.clear()
+            while self._pending:
+                batch = self._pending[: self._batch_size]
+                if await self._write(batch):
+                    del self._pending[: len(batch)]
+                elif self._stopping:
+                    log.error("dropping %d unrecorded outcomes at shutdown; their leases "
+                              "will expire and the events be retried", len(self._pending))
+                    self._pending.clear()
+                else:
+                    await asyncio.sleep(RETRY_PAUSE_S)
+            if self._stopping:
+                return
+
+    async def _write(self, batch: list[AttemptResult]) -> bool:
+        cols: tuple[list[object], ...] = tuple([] for _ in range(9))
+        for r in batch:
+            for col, value in zip(cols, (
+                r.event.id, r.event.token, r.outcome, r.next_at, r.status_code, r.error,
+                r.attempted_at, r.duration_ms, r.response_prefix,
+            ), strict=True):
+                col.append(value)
+        try:
+            async with self._pool.acquire() as conn:
+                written = await conn.fetch(queries.RECORD_OUTCOMES, *cols)
+        except TRANSIENT_ERRORS as exc:
+            log.warning("recording %d outcomes failed, will retry: %s", len(batch), exc)
+            return False
+        except asyncpg.PostgresError as exc:
+            if len(batch) == 1:
+                # Not transient and not the batch's fault: drop this one outcome;
+                # its lease runs out and the event is attempted again.
+                log.error("cannot record outcome: %s", exc,
+                          extra={"event_id": batch[0].event.event_id})
+                self._counters["unrecorded"] += 1
+                return True
+            for one in batch:
+                while not await self._write([one]):
+                    await asyncio.sleep(RETRY_PAUSE_S)
+            return True
+        kept = {row["id"] for row in written}
+        for r in batch:
+            self._counters[r.outcome if r.event.id in kept else "stale"] += 1
+        return True
+
+

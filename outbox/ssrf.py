@@ -1,0 +1,286 @@
+"""SSRF guard for callback URLs: URL syntax, an address policy, and checking resolvers.
+
+Addresses are matched against an explicit list (``ipaddress``'s ``is_private`` flags
+miss several ranges), after unwrapping any IPv4 address embedded in an IPv6 one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import re
+import socket
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import aiohttp
+import idna
+from aiohttp.abc import AbstractResolver, ResolveResult
+
+from outbox.errors import BlockedDestination, ConfigurationError
+
+if TYPE_CHECKING:
+    from aiohttp.tracing import Trace
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+BLOCKED_NETWORKS: tuple[IPNetwork, ...] = tuple(
+    ipaddress.ip_network(cidr)
+    for cidr in (
+        "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
+        "172.16.0.0/12", "192.0.0.0/24", "192.0.2.0/24", "192.88.99.0/24", "192.168.0.0/16",
+        "198.18.0.0/15", "198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4",
+        "::/128", "::1/128", "fe80::/10", "fc00::/7", "fec0::/10", "ff00::/8", "2001:db8::/32",
+    )
+)  # fmt: skip
+
+_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_SIX_TO_FOUR = ipaddress.IPv6Network("2002::/16")
+_TEREDO = ipaddress.IPv6Network("2001::/32")
+_COMPATIBLE = ipaddress.IPv6Network("::/96")
+_MASK32 = 0xFFFFFFFF
+
+MAX_URL_LENGTH = 2048
+_DEFAULT_PORTS = {"https": 443, "http": 80}
+_LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)")
+
+
+def _embedded_ipv4(addr: IPAddress) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses a packet to ``addr`` may end up at."""
+    if isinstance(addr, ipaddress.IPv4Address):
+        return []
+    n = int(addr)
+    if addr in _MAPPED or addr in _NAT64 or (addr in _COMPATIBLE and n > 1):
+        return [ipaddress.IPv4Address(n & _MASK32)]
+    if addr in _SIX_TO_FOUR:
+        return [ipaddress.IPv4Address((n >> 80) & _MASK32)]
+    if addr in _TEREDO:
+        # Server address, then the client address (stored inverted).
+        return [ipaddress.IPv4Address((n >> 64) & _MASK32), ipaddress.IPv4Address(~n & _MASK32)]
+    return []
+
+
+def _blocked_network(addr: IPAddress) -> IPNetwork | None:
+    return next((net for net in BLOCKED_NETWORKS if addr in net), None)
+
+
+@dataclass(frozen=True)
+class ParsedTarget:
+    """A callback URL that passed ``check_url``."""
+
+    scheme: str
+    host: str  # ASCII, lowercase, no brackets
+    port: int
+    url: str
+
+
+@dataclass(frozen=True)
+class AddressPolicy:
+    """Which destinations callbacks may reach."""
+
+    allowed: tuple[IPNetwork, ...] = ()
+    allow_http: bool = False
+
+    @classmethod
+    def from_settings(cls, allow_private_cidrs: str, allow_http: bool) -> AddressPolicy:
+        """Build from ``HOOKRELAY_ALLOW_PRIVATE_CIDRS`` (comma-separated) and the http flag."""
+        networks: list[IPNetwork] = []
+        for entry in (e.strip() for e in allow_private_cidrs.split(",")):
+            if not entry:
+                continue
+            try:
+                networks.append(ipaddress.ip_network(entry))
+            except ValueError as exc:
+                raise ConfigurationError(
+                    f"HOOKRELAY_ALLOW_PRIVATE_CIDRS: {entry!r} is not a valid CIDR ({exc})"
+                ) from exc
+        return cls(tuple(networks), allow_http)
+
+    def _is_allowed(self, addr: IPAddress) -> bool:
+        return any(addr in net for net in self.allowed)
+
+    def ip_block_reason(self, ip: IPAddress | str) -> str | None:
+        """None if ``ip`` may be reached, else why not."""
+        try:
+            addr = ipaddress.ip_address(ip) if isinstance(ip, str) else ip
+        except ValueError:
+            return f"{ip!r} is not an IP address"  # fail closed
+        if self._is_allowed(addr):
+            return None
+        net = _blocked_network(addr)
+        if net is not None:
+            return f"address {addr} is in blocked range {net}"
+        for inner in _embedded_ipv4(addr):
+            net = _blocked_network(inner)
+            if net is not None and not self._is_allowed(inner):
+                return f"address {addr} embeds {inner}, which is in blocked range {net}"
+        return None
+
+    def check_url(self, url: str) -> ParsedTarget:
+        """Check a callback URL's syntax, and its address if the host is an IP literal.
+
+        Raises ``ValueError`` for a malformed URL, ``BlockedDestination`` for a blocked
+        literal. Host names are not resolved here; see ``guard_target``.
+        """
+        if len(url) > MAX_URL_LENGTH:
+            raise ValueError(f"URL is longer than {MAX_URL_LENGTH} characters")
+        if any(c == "\\" or c.isspace() or not c.isprintable() for c in url):
+            raise ValueError("URL contains whitespace, control characters or backslashes")
+        try:
+            parts = urlsplit(url)
+        except ValueError as exc:
+            raise ValueError(f"malformed URL: {exc}") from None
+        if parts.scheme not in _DEFAULT_PORTS:
+            raise ValueError("URL must be an absolute http:// or https:// URL")
+        if parts.scheme == "http" and not self.allow_http:
+            raise ValueError("plain http URLs are not allowed; use https")
+        if "#" in url:
+            raise ValueError("URL must not contain a fragment")
+        if "@" in parts.netloc:
+            raise ValueError("URL must not contain credentials")
+        host, bracketed, port_text = _split_netloc(parts.netloc)
+        port = _DEFAULT_PORTS[parts.scheme]
+        if port_text:
+            if not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) < 65536:
+                raise ValueError(f"port must be a number from 1 to 65535, not {port_text!r}")
+            port = int(port_text)
+        host, literal = _normalize_host(host, bracketed)
+        if literal is not None:
+            reason = self.ip_block_reason(literal)
+            if reason is not None:
+                raise BlockedDestination(reason)
+            if host != str(literal):
+                raise ValueError(f"host {host!r} is a non-canonical IPv4 address ({literal})")
+        return ParsedTarget(parts.scheme, host, port, url)
+
+
+def _split_netloc(netloc: str) -> tuple[str, bool, str]:
+    """(host, bracketed, port text); urlsplit itself accepts junk such as ``[::1]x``."""
+    if netloc.startswith("["):
+        end = netloc.find("]")
+        host, rest, bracketed = netloc[1:end], netloc[end + 1 :], True
+    else:
+        host, sep, port = netloc.partition(":")
+        rest, bracketed = sep + port, False
+    if not host:
+        raise ValueError("URL must include a host")
+    if rest and not rest.startswith(":"):
+        raise ValueError(f"malformed host and port {netloc!r}")
+    return host, bracketed, rest[1:]
+
+
+def _normalize_host(host: str, bracketed: bool) -> tuple[str, IPAddress | None]:
+    """(ASCII host, the address if it is an IP literal)."""
+    if bracketed:
+        try:
+            addr = ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"invalid IPv6 literal [{host}]") from None
+        if addr.scope_id:  # a zone id names an interface of ours
+            raise ValueError(f"IPv6 zone ids are not allowed: [{host}]")
+        return addr.compressed, addr
+    try:
+        host = host.lower() if host.isascii() else idna.encode(host, uts46=True).decode()
+    except UnicodeError as exc:  # idna.IDNAError included
+        raise ValueError(f"invalid international host name {host!r}: {exc}") from None
+    try:
+        return host, ipaddress.IPv4Address(host)
+    except ValueError:
+        pass
+    name = host.removesuffix(".")
+    if len(name) > 253 or not all(_LABEL.fullmatch(label) for label in name.split(".")):
+        raise ValueError(f"invalid host name {host!r}")
+    # The C resolver reads '127.1', '0x7f000001' or '2130706433' as addresses.
+    try:
+        return host, ipaddress.IPv4Address(socket.inet_aton(name))
+    except OSError:
+        return host, None
+
+
+def _refuse_blocked(host: str, addresses: Iterable[str], policy: AddressPolicy) -> None:
+    for address in addresses:
+        reason = policy.ip_block_reason(address)
+        if reason is not None:
+            raise BlockedDestination(reason if host == address else f"{host}: {reason}")
+
+
+async def resolve_checked(host: str, port: int, policy: AddressPolicy) -> list[str]:
+    """Resolve ``host``; refuse it if any of its addresses is blocked.
+
+    ``socket.gaierror`` propagates: a failed lookup is a retryable connection error.
+    """
+    host = host.removeprefix("[").removesuffix("]")
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    _refuse_blocked(host, addresses, policy)
+    return addresses
+
+
+async def guard_target(url: str, policy: AddressPolicy) -> ParsedTarget:
+    """The full submit-time check: ``check_url``, then ``resolve_checked``."""
+    target = policy.check_url(url)
+    await resolve_checked(target.host, target.port, policy)
+    return target
+
+
+class GuardedResolver(AbstractResolver):
+    """aiohttp resolver that refuses a host if any address it resolves to is blocked.
+
+    aiohttp connects to exactly the addresses returned here, so there is no second
+    lookup to rebind. It never calls a resolver for IP-literal hosts, though: use
+    ``GuardedConnector``, which also checks those.
+    """
+
+    def __init__(self, policy: AddressPolicy, inner: AbstractResolver | None = None) -> None:
+        self.policy = policy
+        self._inner = inner if inner is not None else aiohttp.ThreadedResolver()
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        results = await self._inner.resolve(host, port, family)
+        _refuse_blocked(host, (r["host"] for r in results), self.policy)
+        return results
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+class GuardedConnector(aiohttp.TCPConnector):
+    """``TCPConnector`` with a ``GuardedResolver`` that also checks IP-literal hosts."""
+
+    def __init__(
+        self, policy: AddressPolicy, *, resolver: AbstractResolver | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(resolver=GuardedResolver(policy, resolver), **kwargs)
+        self._ssrf_policy = policy
+
+    # aiohttp answers IP literals inside _resolve_host without asking the resolver, and
+    # serves names from its DNS cache; checking here covers every address it dials.
+    async def _resolve_host(
+        self, host: str, port: int, traces: Sequence[Trace] | None = None
+    ) -> list[ResolveResult]:
+        results = await super()._resolve_host(host, port, traces=traces)
+        _refuse_blocked(host, (r["host"] for r in results), self._ssrf_policy)
+        return results
+
+
+def blocked_reason(exc: BaseException) -> str | None:
+    """The reason of the first ``BlockedDestination`` in ``exc``'s cause/context chain."""
+    pending: list[BaseException] = [exc]
+    seen: set[int] = set()
+    while pending:
+        current = pending.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, BlockedDestination):
+            return current.reason
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return None

@@ -1,0 +1,79 @@
+"""Tenants: API keys (stored hashed) and signing secrets (stored encrypted)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass
+
+import asyncpg
+
+from . import ids, queries
+from .crypto import SecretBox
+from .errors import TenantNotFound
+from .signing import generate_secret
+
+
+@dataclass(frozen=True, slots=True)
+class NewTenant:
+    """What a tenant creation returns; the key and secret are shown only once."""
+
+    id: str
+    name: str
+    api_key: str
+    signing_secret: str
+
+    def __repr__(self) -> str:
+        return f"NewTenant(id={self.id!r}, name={self.name!r}, api_key=***, signing_secret=***)"
+
+
+def hash_api_key(api_key: str) -> bytes:
+    return hashlib.sha256(api_key.encode("utf-8")).digest()
+
+
+async def create_tenant(conn: asyncpg.Connection, name: str, box: SecretBox) -> NewTenant:
+    """Create a tenant with a fresh API key and signing secret."""
+    tenant_id, api_key, secret = ids.tenant_id(), ids.api_key(), generate_secret()
+    async with conn.transaction():
+        await conn.execute(queries.INSERT_TENANT, tenant_id, name, hash_api_key(api_key))
+        await conn.execute(
+            queries.INSERT_SECRET, tenant_id, box.encrypt(secret, aad=tenant_id.encode())
+        )
+    return NewTenant(tenant_id, name, api_key, secret)
+
+
+async def rotate_secret(
+    conn: asyncpg.Connection, tenant_id: str, box: SecretBox, overlap_s: float
+) -> str:
+    """Issue a new signing secret; the current ones keep signing for ``overlap_s``."""
+    secret = generate_secret()
+    async with conn.transaction():
+        if not await conn.fetchval(queries.TENANT_EXISTS, tenant_id):
+            raise TenantNotFound(tenant_id)
+        await conn.execute(queries.EXPIRE_SECRETS, tenant_id, float(overlap_s))
+        await conn.execute(
+            queries.INSERT_SECRET, tenant_id, box.encrypt(secret, aad=tenant_id.encode())
+        )
+    return secret
+
+
+async def authenticate(conn: asyncpg.Connection, api_key: str) -> str | None:
+    """The tenant id an API key belongs to, or None."""
+    digest = hash_api_key(api_key)
+    row = await conn.fetchrow(queries.TENANT_BY_KEY_HASH, digest)
+    # The lookup is by hash already; compare_digest keeps the final check
+    # constant-time should the lookup ever become a prefix or range match.
+    if row is None or not hmac.compare_digest(row["api_key_hash"], digest):
+        return None
+    return str(row["id"])
+
+
+async def active_secrets(
+    conn: asyncpg.Connection, tenant_ids: list[str], box: SecretBox
+) -> dict[str, list[str]]:
+    """Decrypted secrets that currently sign, newest first, per tenant."""
+    out: dict[str, list[str]] = {t: [] for t in tenant_ids}
+    for row in await conn.fetch(queries.ACTIVE_SECRETS, tenant_ids):
+        tid = row["tenant_id"]
+        out[tid].append(box.decrypt(row["secret_enc"], aad=tid.encode()))
+    return out

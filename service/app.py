@@ -1,0 +1,60 @@
+"""The Starlette application: routes, error handlers, and the resources they share."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+
+import asyncpg
+from starlette.applications import Starlette
+
+from outbox.db import create_pool
+
+from .errors import HANDLERS
+from .routes import admin, health, tasks
+from .runtime import Runtime
+
+log = logging.getLogger("hookrelay.api")
+
+# Started beside the API in the same event loop (``hookrelay serve``); each
+# gets the pool and returns an async context manager that runs it until exit.
+Background = Callable[[asyncpg.Pool], contextlib.AbstractAsyncContextManager[object]]
+
+
+def create_app(
+    runtime: Runtime,
+    *,
+    pool: asyncpg.Pool | None = None,
+    background: Sequence[Background] = (),
+) -> Starlette:
+    """Build the app; it opens its own pool at startup unless one is given."""
+    settings = runtime.settings
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        own = pool is None
+        app.state.pool = pool or await create_pool(
+            runtime.dsn, min_size=1, max_size=settings.db_pool_size
+        )
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                for start in background:
+                    await stack.enter_async_context(start(app.state.pool))
+                yield
+        finally:
+            if own:
+                await app.state.pool.close()
+
+    app = Starlette(
+        routes=[*health.routes, *tasks.routes, *admin.routes],
+        exception_handlers=HANDLERS,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.admin_token = runtime.admin_token
+    app.state.secret_box = runtime.secret_box
+    app.state.address_policy = settings.address_policy()
+    return app
+
+

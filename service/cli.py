@@ -1,0 +1,141 @@
+"""The ``hookrelay`` command: serve, api, dispatch, migrate, tenants."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+
+import uvicorn
+
+from outbox.db import apply_schema, create_pool
+from outbox.errors import OutboxError
+from outbox.tenants import create_tenant
+
+from . import logs
+from .app import create_app
+from .runtime import Runtime, prepare
+from .settings import Settings
+from .workers import dispatcher_background, make_dispatcher
+
+log = logging.getLogger("hookrelay")
+
+
+async def _migrate(runtime: Runtime) -> None:
+    pool = await create_pool(runtime.dsn, min_size=1, max_size=1)
+    try:
+        async with pool.acquire() as conn:
+            await apply_schema(conn)
+    finally:
+        await pool.close()
+
+
+def _banner(runtime: Runtime) -> None:
+    s = runtime.settings
+    where = f"embedded PostgreSQL in {s.data_dir / 'pg'}" if runtime.embedded else "DATABASE_URL"
+    print(f"hookrelay listening on http://{s.host}:{s.port} (database: {where})", flush=True)
+    if runtime.admin_token_created:
+        print(
+            "\nFirst run: an admin token was generated and saved to "
+            f"{s.data_dir / 'admin-token'}\n\n  HOOKRELAY_ADMIN_TOKEN={runtime.admin_token}\n\n"
+            "Create a tenant with:\n"
+            f"  curl -s -X POST http://{s.host}:{s.port}/v1/admin/tenants \\\n"
+            f"       -H 'Authorization: Bearer {runtime.admin_token}' -d '{{\"name\": \"acme\"}}'\n"
+            "or: hookrelay tenants create acme\n",
+            flush=True,
+        )
+
+
+async def _serve(runtime: Runtime, *, with_dispatcher: bool) -> None:
+    await _migrate(runtime)
+    background = [dispatcher_background(runtime)] if with_dispatcher else []
+    app = create_app(runtime, background=background)
+    s = runtime.settings
+    config = uvicorn.Config(
+        app, host=s.host, port=s.port, log_config=None, access_log=False,
+        lifespan="on", timeout_graceful_shutdown=s.http_timeout_s + 5,
+    )
+    _banner(runtime)
+    await uvicorn.Server(config).serve()
+
+
+async def _dispatch(runtime: Runtime) -> None:
+    await _migrate(runtime)
+    pool = await create_pool(runtime.dsn, min_size=1, max_size=runtime.settings.db_pool_size)
+    dispatcher = make_dispatcher(runtime, pool)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, dispatcher.stop)
+    log.info("dispatcher %s started", dispatcher.config.owner)
+    try:
+        await dispatcher.run()
+    finally:
+        await dispatcher.client.aclose()
+        await pool.close()
+
+
+async def _tenants_create(runtime: Runtime, name: str, as_json: bool) -> None:
+    await _migrate(runtime)
+    pool = await create_pool(runtime.dsn, min_size=1, max_size=1)
+    try:
+        async with pool.acquire() as conn:
+            t = await create_tenant(conn, name, runtime.secret_box)
+    finally:
+        await pool.close()
+    if as_json:
+        print(json.dumps({"id": t.id, "name": t.name, "apiKey": t.api_key,
+                          "signingSecret": t.signing_secret}))
+    else:
+        print(f"tenant id:       {t.id}\nname:            {t.name}\n"
+              f"api key:         {t.api_key}\nsigning secret:  {t.signing_secret}\n"
+              "(shown once: store them now)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hookrelay", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("serve", help="API + dispatcher + sweeper in one process")
+    sub.add_parser("api", help="the HTTP API only")
+    sub.add_parser("dispatch", help="the dispatcher only (run as many as you like)")
+    sub.add_parser("migrate", help="apply schema.sql (idempotent)")
+    tenants = sub.add_parser("tenants", help="manage tenants").add_subparsers(
+        dest="action", required=True
+    )
+    create = tenants.add_parser("create", help="create a tenant; prints its credentials once")
+    create.add_argument("name")
+    create.add_argument("--json", action="store_true", help="machine-readable output")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        settings = Settings.from_env()
+    except OutboxError as exc:
+        print(f"hookrelay: {exc}", file=sys.stderr)
+        return 2
+    logs.configure(settings.log_level)
+    commands: dict[str, Callable[[Runtime], Awaitable[None]]] = {
+        "serve": lambda rt: _serve(rt, with_dispatcher=True),
+        "api": lambda rt: _serve(rt, with_dispatcher=False),
+        "dispatch": _dispatch,
+        "migrate": _migrate,
+        "tenants": lambda rt: _tenants_create(rt, args.name, args.json),
+    }
+    try:
+        runtime = prepare(settings)
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(commands[args.command](runtime))
+    except OutboxError as exc:
+        print(f"hookrelay: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""Ops routes under ``/v1/admin``: tenants and their signing secrets."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from outbox.errors import TenantNotFound
+from outbox.tenants import create_tenant, rotate_secret
+
+from ..auth import require_admin
+from ..bodies import read_json
+from ..errors import NotFound, Unprocessable
+
+MAX_NAME = 200
+
+
+async def new_tenant(request: Request) -> Response:
+    await require_admin(request)
+    body = await read_json(request)
+    name = body.get("name") if isinstance(body, dict) else None
+    if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME:
+        raise Unprocessable(f"name is required: a string of 1-{MAX_NAME} characters")
+    if set(body) - {"name"}:
+        raise Unprocessable(f"unknown field(s): {', '.join(sorted(set(body) - {'name'}))}")
+    async with request.app.state.pool.acquire() as conn:
+        tenant = await create_tenant(conn, name.strip(), request.app.state.secret_box)
+    return JSONResponse(
+        {"id": tenant.id, "name": tenant.name, "apiKey": tenant.api_key,
+         "signingSecret": tenant.signing_secret},
+        status_code=201, headers={"Cache-Control": "no-store"},
+    )
+
+
+async def rotate(request: Request) -> Response:
+    await require_admin(request)
+    await read_json(request, required=False)
+    overlap = request.app.state.settings.secret_overlap_s
+    try:
+        async with request.app.state.pool.acquire() as conn:
+            secret = await rotate_secret(
+                conn, request.path_params["tenant_id"], request.app.state.secret_box, overlap
+            )
+    except TenantNotFound as exc:
+        raise NotFound("tenant not found") from exc
+    return JSONResponse(
+        {"id": request.path_params["tenant_id"], "signingSecret": secret,
+         "previousSecretsExpireInSeconds": overlap},
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+routes = [
+    Route("/v1/admin/tenants", new_tenant, methods=["POST"]),
+    Route("/v1/admin/tenants/{tenant_id}/rotate-secret", rotate, methods=["POST"]),
+]

@@ -1,0 +1,141 @@
+"""Partner and executor routes on ``/v1/tasks``."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import asyncpg
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from outbox import transitions
+from outbox.errors import IdempotencyInFlight, IdempotencyKeyReused, InvalidTransition, TaskNotFound
+from outbox.models import ALL_STATUSES, Task
+from outbox.tasks import Idempotency, create_task, get_task, list_tasks
+
+from .. import validation
+from ..auth import caller, require_admin, require_tenant
+from ..bodies import read_json
+from ..errors import Conflict, NotFound, Unprocessable
+
+RETRY_AFTER_S = "1"
+Change = Callable[[asyncpg.Connection, str], Awaitable[Task]]
+
+
+def task_response(task: Task, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    headers = {"ETag": task.etag, **(headers or {})}
+    if not task.terminal:
+        headers["Retry-After"] = RETRY_AFTER_S
+    return JSONResponse(task.to_resource(), status_code=status, headers=headers)
+
+
+def conflict(exc: InvalidTransition) -> Conflict:
+    task: Task = exc.current
+    return Conflict(
+        f"task is {task.status}; that transition is not allowed",
+        code="invalid_transition", extra={"task": task.to_resource()},
+    )
+
+
+async def submit(request: Request) -> Response:
+    tenant_id = await require_tenant(request)
+    key = validation.idempotency_key(request.headers.get("idempotency-key"))
+    body = await read_json(request)
+    spec = await validation.new_task(body, request.app.state.address_policy)
+    idem = Idempotency(key, validation.canonical_hash(body)) if key else None
+    try:
+        async with request.app.state.pool.acquire() as conn:
+            task, created = await create_task(conn, tenant_id, spec, idempotency=idem)
+    except IdempotencyKeyReused as exc:
+        raise Unprocessable(str(exc), code="idempotency_key_reused") from exc
+    except IdempotencyInFlight as exc:
+        raise Conflict(str(exc), code="idempotency_in_flight",
+                       headers={"Retry-After": RETRY_AFTER_S}) from exc
+    headers = {"Location": f"/v1/tasks/{task.id}"}
+    if not created:
+        headers["Idempotent-Replayed"] = "true"
+    return task_response(task, 202, headers)
+
+
+async def _visible_task(request: Request) -> Task:
+    """The path's task as this caller may see it: admins any, tenants their own."""
+    who = await caller(request)
+    async with request.app.state.pool.acquire() as conn:
+        task = await get_task(conn, request.path_params["task_id"], tenant_id=who.tenant_id)
+    if task is None:
+        raise NotFound("task not found")
+    return task
+
+
+async def show(request: Request) -> Response:
+    task = await _visible_task(request)
+    if_none_match = request.headers.get("if-none-match")
+    if if_none_match and task.etag in {t.strip() for t in if_none_match.split(",")}:
+        headers = {"ETag": task.etag}
+        if not task.terminal:
+            headers["Retry-After"] = RETRY_AFTER_S
+        return Response(status_code=304, headers=headers)
+    return task_response(task)
+
+
+async def index(request: Request) -> Response:
+    tenant_id = await require_tenant(request)
+    q = request.query_params
+    status = q.get("status")
+    if status is not None and status not in ALL_STATUSES:
+        raise Unprocessable(f"status must be one of: {', '.join(sorted(ALL_STATUSES))}")
+    async with request.app.state.pool.acquire() as conn:
+        tasks, nxt = await list_tasks(
+            conn, tenant_id, status=status,
+            updated_after=validation.timestamp("updatedAfter", q.get("updatedAfter")),
+            after=validation.decode_cursor(q.get("cursor")),
+            limit=validation.limit(q.get("limit")),
+        )
+    return JSONResponse({
+        "data": [t.to_resource() for t in tasks],
+        "nextCursor": validation.encode_cursor(nxt),
+    })
+
+
+async def start(request: Request) -> Response:
+    await require_admin(request)
+    return await _apply(request, lambda conn, tid: transitions.start_task(conn, tid))
+
+
+async def complete(request: Request) -> Response:
+    await require_admin(request)
+    status, result, error = validation.completion(await read_json(request))
+    return await _apply(
+        request,
+        lambda conn, tid: transitions.complete_task(conn, tid, status, result, error),
+    )
+
+
+async def cancel(request: Request) -> Response:
+    who = await caller(request)
+    await read_json(request, required=False)
+    return await _apply(
+        request, lambda conn, tid: transitions.cancel_task(conn, tid, tenant_id=who.tenant_id)
+    )
+
+
+async def _apply(request: Request, change: Change) -> Response:
+    try:
+        async with request.app.state.pool.acquire() as conn:
+            task = await change(conn, request.path_params["task_id"])
+    except TaskNotFound as exc:
+        raise NotFound("task not found") from exc
+    except InvalidTransition as exc:
+        raise conflict(exc) from exc
+    return task_response(task)
+
+
+routes = [
+    Route("/v1/tasks", submit, methods=["POST"]),
+    Route("/v1/tasks", index, methods=["GET"]),
+    Route("/v1/tasks/{task_id}", show, methods=["GET"]),
+    Route("/v1/tasks/{task_id}/start", start, methods=["POST"]),
+    Route("/v1/tasks/{task_id}/complete", complete, methods=["POST"]),
+    Route("/v1/tasks/{task_id}/cancel", cancel, methods=["POST"]),
+]

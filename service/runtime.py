@@ -1,0 +1,69 @@
+"""What a process needs before it serves: the database DSN, the admin token, the master key."""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from outbox.crypto import SecretBox, load_or_create_master_key, parse_master_key
+
+from . import embedded
+from .settings import Settings
+
+log = logging.getLogger("hookrelay")
+ADMIN_TOKEN_FILE = "admin-token"
+
+
+@dataclass(frozen=True)
+class Runtime:
+    settings: Settings
+    dsn: str
+    admin_token: str
+    secret_box: SecretBox
+    admin_token_created: bool
+    embedded: bool
+
+    def __repr__(self) -> str:
+        return f"Runtime(embedded={self.embedded}, settings={self.settings!r})"
+
+
+def _write_private(path: Path, text: str) -> bool:
+    """Create ``path`` (0600) with ``text`` unless it exists; True if we created it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text + "\n")
+    return True
+
+
+def admin_token(settings: Settings) -> tuple[str, bool]:
+    """The admin token from the environment, else from (or generated into) the data dir."""
+    if settings.admin_token:
+        return settings.admin_token, False
+    path = settings.data_dir / ADMIN_TOKEN_FILE
+    created = _write_private(path, "hra_" + secrets.token_urlsafe(32))
+    return path.read_text().strip(), created
+
+
+def prepare(settings: Settings, *, start_embedded: bool = True) -> Runtime:
+    """Resolve the DSN (starting the embedded server if needed), token and key."""
+    is_embedded = settings.database_url is None
+    if is_embedded:
+        if not start_embedded:
+            raise RuntimeError("DATABASE_URL is not set")
+        dsn = embedded.start(settings.data_dir)
+    else:
+        dsn = settings.database_url  # type: ignore[assignment]
+    token, created = admin_token(settings)
+    key = (
+        parse_master_key(settings.master_key)
+        if settings.master_key
+        else load_or_create_master_key(None, settings.data_dir)
+    )
+    return Runtime(settings, dsn, token, SecretBox(key), created, is_embedded)

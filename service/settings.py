@@ -1,0 +1,165 @@
+"""The one settings object, read from the environment and validated at start-up."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, TypeVar
+
+from outbox.crypto import parse_master_key
+from outbox.errors import ConfigurationError
+from outbox.retry import RetryPolicy
+from outbox.ssrf import AddressPolicy
+
+T = TypeVar("T")
+SECRET_FIELDS = frozenset({"admin_token", "master_key"})
+
+
+class SettingsError(ConfigurationError):
+    """One or more environment variables are invalid; the message lists each."""
+
+
+def _bool(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off", ""}:
+        return False
+    raise ValueError("expected true or false")
+
+
+def _positive(kind: Callable[[str], T]) -> Callable[[str], T]:
+    def parse(raw: str) -> T:
+        value = kind(raw)
+        if not value > 0:  # type: ignore[operator]
+            raise ValueError("must be greater than 0")
+        return value
+
+    return parse
+
+
+def _mask_dsn(dsn: str | None) -> str | None:
+    return None if dsn is None else re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", dsn)
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str | None = None
+    data_dir: Path = Path(".hookrelay")
+    admin_token: str | None = None
+    master_key: str | None = None
+    allow_private_cidrs: str = ""
+    allow_http: bool = False
+    retry_base_s: float = 5.0
+    retry_cap_s: float = 21600.0
+    max_attempts: int = 18
+    lease_s: float = 30.0
+    http_timeout_s: float = 15.0
+    connect_timeout_s: float = 5.0
+    concurrency: int = 200
+    per_host_concurrency: int = 20
+    secret_overlap_s: float = 86400.0
+    sweep_interval_s: float = 1.0
+    batch_size: int = 200
+    poll_interval_s: float = 0.5
+    max_body_bytes: int = 1_048_576
+    max_response_bytes: int = 65_536
+    db_pool_size: int = 10
+    host: str = "127.0.0.1"
+    port: int = 8000
+    log_level: str = "INFO"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read every ``HOOKRELAY_*`` variable (and ``DATABASE_URL``).
+
+        Raises :class:`SettingsError` naming every bad variable at once.
+        """
+        env = os.environ if env is None else env
+        parsers: dict[str, tuple[str, Callable[[str], Any]]] = {
+            "database_url": ("DATABASE_URL", str),
+            "data_dir": ("HOOKRELAY_DATA_DIR", Path),
+            "admin_token": ("HOOKRELAY_ADMIN_TOKEN", str),
+            "master_key": ("HOOKRELAY_MASTER_KEY", str),
+            "allow_private_cidrs": ("HOOKRELAY_ALLOW_PRIVATE_CIDRS", str),
+            "allow_http": ("HOOKRELAY_ALLOW_HTTP", _bool),
+            "retry_base_s": ("HOOKRELAY_RETRY_BASE_S", _positive(float)),
+            "retry_cap_s": ("HOOKRELAY_RETRY_CAP_S", _positive(float)),
+            "max_attempts": ("HOOKRELAY_MAX_ATTEMPTS", _positive(int)),
+            "lease_s": ("HOOKRELAY_LEASE_S", _positive(float)),
+            "http_timeout_s": ("HOOKRELAY_HTTP_TIMEOUT_S", _positive(float)),
+            "connect_timeout_s": ("HOOKRELAY_CONNECT_TIMEOUT_S", _positive(float)),
+            "concurrency": ("HOOKRELAY_CONCURRENCY", _positive(int)),
+            "per_host_concurrency": ("HOOKRELAY_PER_HOST_CONCURRENCY", _positive(int)),
+            "secret_overlap_s": ("HOOKRELAY_SECRET_OVERLAP_S", float),
+            "sweep_interval_s": ("HOOKRELAY_SWEEP_INTERVAL_S", _positive(float)),
+            "batch_size": ("HOOKRELAY_BATCH_SIZE", _positive(int)),
+            "poll_interval_s": ("HOOKRELAY_POLL_INTERVAL_S", _positive(float)),
+            "max_body_bytes": ("HOOKRELAY_MAX_BODY_BYTES", _positive(int)),
+            "max_response_bytes": ("HOOKRELAY_MAX_RESPONSE_BYTES", _positive(int)),
+            "db_pool_size": ("HOOKRELAY_DB_POOL_SIZE", _positive(int)),
+            "host": ("HOOKRELAY_HOST", str),
+            "port": ("HOOKRELAY_PORT", _positive(int)),
+            "log_level": ("HOOKRELAY_LOG_LEVEL", str.upper),
+        }
+        values: dict[str, Any] = {}
+        problems: list[str] = []
+        for name, (var, parse) in parsers.items():
+            raw = env.get(var)
+            if raw is None or (raw.strip() == "" and name not in {"allow_http"}):
+                continue
+            try:
+                values[name] = parse(raw.strip())
+            except ValueError as exc:
+                shown = "***" if name in SECRET_FIELDS else repr(raw)
+                problems.append(f"{var}={shown}: {exc}")
+        settings = cls(**values)
+        problems.extend(settings._cross_checks())
+        if problems:
+            raise SettingsError("invalid settings:\n  " + "\n  ".join(problems))
+        return settings
+
+    def _cross_checks(self) -> list[str]:
+        problems = []
+        for check in (self.retry_policy, self.address_policy):
+            try:
+                check()
+            except ConfigurationError as exc:
+                problems.append(str(exc))
+        if self.master_key is not None:
+            try:
+                parse_master_key(self.master_key)
+            except ConfigurationError as exc:
+                problems.append(f"HOOKRELAY_MASTER_KEY: {exc}")
+        if self.lease_s <= self.http_timeout_s:
+            # A lease shorter than one attempt would let a second dispatcher
+            # take a row that is still being sent.
+            problems.append(
+                f"HOOKRELAY_LEASE_S ({self.lease_s:g}) must be longer than "
+                f"HOOKRELAY_HTTP_TIMEOUT_S ({self.http_timeout_s:g})"
+            )
+        if self.secret_overlap_s < 0:
+            problems.append("HOOKRELAY_SECRET_OVERLAP_S must not be negative")
+        if self.log_level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
+            problems.append(f"HOOKRELAY_LOG_LEVEL={self.log_level!r}: expected DEBUG..ERROR")
+        return problems
+
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(self.retry_base_s, self.retry_cap_s, self.max_attempts)
+
+    def address_policy(self) -> AddressPolicy:
+        return AddressPolicy.from_settings(self.allow_private_cidrs, self.allow_http)
+
+    def __repr__(self) -> str:
+        shown = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in SECRET_FIELDS and value is not None:
+                value = "***"
+            elif f.name == "database_url":
+                value = _mask_dsn(value)
+            shown.append(f"{f.name}={value!r}")
+        return f"Settings({', '.join(shown)})"

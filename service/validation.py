@@ -1,0 +1,136 @@
+"""Shapes of request bodies and query parameters, checked field by field."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import re
+import socket
+from datetime import datetime
+from typing import Any
+
+from outbox.errors import BlockedDestination
+from outbox.ssrf import AddressPolicy, resolve_checked
+from outbox.tasks import Cursor, NewTask
+from outbox.transitions import TERMINAL_STATUSES, TerminalStatus
+
+from .errors import BadRequest, Unprocessable
+
+TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,99}$")
+IDEMPOTENCY_KEY_RE = re.compile(r"^[\x21-\x7e]{1,255}$")
+MAX_METADATA_BYTES = 16_384
+MAX_TIMEOUT_S = 30 * 86400
+SUBMIT_FIELDS = {"type", "input", "callbackUrl", "metadata", "timeoutSeconds"}
+COMPLETE_FIELDS = {"status", "result", "error"}
+
+
+def canonical_hash(body: Any) -> bytes:
+    """Hash of a JSON value independent of key order and whitespace."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).digest()
+
+
+def _object(body: Any, allowed: set[str]) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise Unprocessable("the request body must be a JSON object")
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise Unprocessable(f"unknown field(s): {', '.join(unknown)}")
+    return body
+
+
+async def check_callback_url(url: Any, policy: AddressPolicy) -> str:
+    """Syntax, scheme and every resolved address of a callback URL (422 if refused)."""
+    if not isinstance(url, str) or not url:
+        raise Unprocessable("callbackUrl is required and must be a string", code="invalid_callback_url")
+    try:
+        target = policy.check_url(url)
+        await resolve_checked(target.host, target.port, policy)
+    except BlockedDestination as exc:
+        raise Unprocessable(f"callbackUrl refused: {exc.reason}", code="blocked_callback_url") from exc
+    except ValueError as exc:
+        raise Unprocessable(f"callbackUrl is invalid: {exc}", code="invalid_callback_url") from exc
+    except (socket.gaierror, UnicodeError) as exc:
+        raise Unprocessable(
+            f"callbackUrl host cannot be resolved: {target.host}", code="invalid_callback_url"
+        ) from exc
+    return url
+
+
+async def new_task(body: Any, policy: AddressPolicy) -> NewTask:
+    data = _object(body, SUBMIT_FIELDS)
+    task_type = data.get("type")
+    if not isinstance(task_type, str) or not TYPE_RE.match(task_type):
+        raise Unprocessable("type is required: 1-100 chars of letters, digits and ._:/-")
+    callback_url = await check_callback_url(data.get("callbackUrl"), policy)
+    metadata = data.get("metadata")
+    if metadata is not None:
+        if not isinstance(metadata, dict):
+            raise Unprocessable("metadata must be a JSON object")
+        if len(json.dumps(metadata).encode()) > MAX_METADATA_BYTES:
+            raise Unprocessable(f"metadata exceeds {MAX_METADATA_BYTES} bytes")
+    timeout = data.get("timeoutSeconds")
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float)
+        or not 0 < timeout <= MAX_TIMEOUT_S
+    ):
+        raise Unprocessable(f"timeoutSeconds must be a number in (0, {MAX_TIMEOUT_S}]")
+    return NewTask(
+        type=task_type, callback_url=callback_url, input=data.get("input"),
+        metadata=metadata, timeout_s=float(timeout) if timeout is not None else None,
+    )
+
+
+def completion(body: Any) -> tuple[TerminalStatus, Any, Any]:
+    data = _object(body, COMPLETE_FIELDS)
+    status = data.get("status")
+    if status not in TERMINAL_STATUSES:
+        raise Unprocessable(f"status must be one of: {', '.join(TERMINAL_STATUSES)}")
+    return status, data.get("result"), data.get("error")
+
+
+def idempotency_key(raw: str | None) -> str | None:
+    if raw is None:
+        return None
+    if not IDEMPOTENCY_KEY_RE.match(raw):
+        raise BadRequest("Idempotency-Key must be 1-255 printable ASCII characters")
+    return raw
+
+
+def timestamp(name: str, raw: str | None) -> datetime | None:
+    if raw is None:
+        return None
+    try:
+        value = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise BadRequest(f"{name} must be an ISO-8601 timestamp") from exc
+    if value.tzinfo is None:
+        raise BadRequest(f"{name} must include a time zone (e.g. Z)")
+    return value
+
+
+def limit(raw: str | None, *, default: int = 100, maximum: int = 1000) -> int:
+    if raw is None:
+        return default
+    if not raw.isdigit() or not 1 <= int(raw) <= maximum:
+        raise BadRequest(f"limit must be an integer in [1, {maximum}]")
+    return int(raw)
+
+
+def encode_cursor(cursor: Cursor | None) -> str | None:
+    if cursor is None:
+        return None
+    raw = json.dumps([cursor.updated_at.isoformat(), cursor.id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(raw: str | None) -> Cursor | None:
+    if raw is None:
+        return None
+    try:
+        ts, ident = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
+        return Cursor(datetime.fromisoformat(ts), str(ident))
+    except (ValueError, TypeError, binascii.Error) as exc:
+        raise BadRequest("cursor is invalid; pass back nextCursor unchanged") from exc

@@ -1,0 +1,55 @@
+"""Background parts of a process: the dispatcher (and, later, the sweeper) wired from settings."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import asyncpg
+
+from outbox.delivery import AttemptLimits
+from outbox.dispatcher import Dispatcher, DispatcherConfig, running
+from outbox.http import build_client
+
+from .runtime import Runtime
+
+
+def dispatcher_config(runtime: Runtime) -> DispatcherConfig:
+    s = runtime.settings
+    return DispatcherConfig(
+        policy=s.retry_policy(),
+        addresses=s.address_policy(),
+        limits=AttemptLimits(
+            total_timeout_s=s.http_timeout_s, max_response_bytes=s.max_response_bytes
+        ),
+        lease_s=s.lease_s,
+        batch_size=s.batch_size,
+        concurrency=s.concurrency,
+        per_host_concurrency=s.per_host_concurrency,
+        poll_interval_s=s.poll_interval_s,
+    )
+
+
+def make_dispatcher(runtime: Runtime, pool: asyncpg.Pool) -> Dispatcher:
+    config = dispatcher_config(runtime)
+    s = runtime.settings
+    client = build_client(
+        config.addresses, concurrency=s.concurrency, per_host=s.per_host_concurrency,
+        connect_timeout_s=s.connect_timeout_s, total_timeout_s=s.http_timeout_s,
+    )
+    return Dispatcher(pool, runtime.dsn, client, runtime.secret_box, config)
+
+
+def dispatcher_background(runtime: Runtime):  # type: ignore[no-untyped-def]
+    """A ``Background`` for :func:`service.app.create_app`."""
+
+    @contextlib.asynccontextmanager
+    async def run(pool: asyncpg.Pool) -> AsyncIterator[Dispatcher]:
+        dispatcher = make_dispatcher(runtime, pool)
+        try:
+            async with running(dispatcher):
+                yield dispatcher
+        finally:
+            await dispatcher.client.aclose()
+
+    return run

@@ -1,0 +1,164 @@
+"""Shared fixtures: a real PostgreSQL, a fresh database per test cloned from a migrated template.
+
+``TEST_DATABASE_URL`` points the suite at a server of yours; without it the
+embedded server is started under ``.hookrelay-test/`` (reused across runs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import secrets
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import httpx
+import pytest
+
+from outbox.crypto import SecretBox
+from outbox.db import apply_schema, create_pool
+from service import embedded
+from service.app import create_app
+from service.runtime import Runtime
+from service.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+ADMIN_TOKEN = "test-admin-" + secrets.token_hex(8)
+
+
+def with_database(dsn: str, name: str) -> str:
+    parts = urlsplit(dsn)
+    return urlunsplit(parts._replace(path="/" + name))
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def server_dsn() -> str:
+    """DSN of the server's maintenance database."""
+    url = os.environ.get("TEST_DATABASE_URL")
+    if url:
+        return url
+    return embedded.start(ROOT / ".hookrelay-test")
+
+
+@pytest.fixture(scope="session")
+def template_db(server_dsn: str) -> Iterator[str]:
+    name = f"hookrelay_tpl_{uuid.uuid4().hex[:10]}"
+
+    async def create() -> None:
+        conn = await asyncpg.connect(server_dsn)
+        try:
+            await conn.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await conn.close()
+        conn = await asyncpg.connect(with_database(server_dsn, name))
+        try:
+            await apply_schema(conn)
+        finally:
+            await conn.close()
+
+    async def drop() -> None:
+        conn = await asyncpg.connect(server_dsn)
+        try:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await conn.close()
+
+    asyncio.run(create())
+    yield name
+    asyncio.run(drop())
+
+
+@pytest.fixture
+async def dsn(server_dsn: str, template_db: str) -> AsyncIterator[str]:
+    """A fresh, migrated database for this test alone."""
+    name = f"hookrelay_t_{uuid.uuid4().hex[:12]}"
+    conn = await asyncpg.connect(server_dsn)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    finally:
+        await conn.close()
+    yield with_database(server_dsn, name)
+    conn = await asyncpg.connect(server_dsn)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+async def pool(dsn: str) -> AsyncIterator[asyncpg.Pool]:
+    p = await create_pool(dsn, min_size=1, max_size=30)
+    yield p
+    await p.close()
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(
+        data_dir=tmp_path,
+        admin_token=ADMIN_TOKEN,
+        allow_private_cidrs="127.0.0.0/8,::1/128",
+        allow_http=True,
+        retry_base_s=0.05,
+        retry_cap_s=0.2,
+        max_attempts=3,
+        lease_s=5.0,
+        http_timeout_s=2.0,
+        connect_timeout_s=1.0,
+        poll_interval_s=0.05,
+        sweep_interval_s=0.1,
+    )
+
+
+@pytest.fixture
+def runtime(settings: Settings, dsn: str) -> Runtime:
+    key = base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
+    return Runtime(
+        settings=replace(settings, master_key=key),
+        dsn=dsn,
+        admin_token=ADMIN_TOKEN,
+        secret_box=SecretBox(base64.urlsafe_b64decode(key)),
+        admin_token_created=False,
+        embedded=False,
+    )
+
+
+@pytest.fixture
+async def client(runtime: Runtime, pool: asyncpg.Pool) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(runtime, pool=pool)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://hookrelay.test") as c:
+            yield c
+
+
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.fixture
+async def tenant(client: httpx.AsyncClient) -> dict[str, Any]:
+    r = await client.post("/v1/admin/tenants", json={"name": "acme"}, headers=ADMIN)
+    assert r.status_code == 201, r.text
+    return dict(r.json())
+
+
+@pytest.fixture
+async def other_tenant(client: httpx.AsyncClient) -> dict[str, Any]:
+    r = await client.post("/v1/admin/tenants", json={"name": "globex"}, headers=ADMIN)
+    assert r.status_code == 201, r.text
+    return dict(r.json())

@@ -1,0 +1,153 @@
+"""One attempt against respx-faked receivers: every delivery rule → the right next state."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import uuid
+from datetime import timedelta
+
+import httpx
+import pytest
+import respx
+
+from outbox.delivery import AttemptLimits, ClaimedEvent, attempt
+from outbox.retry import RetryPolicy
+from outbox.signing import Signer
+from outbox.ssrf import AddressPolicy
+
+pytestmark = pytest.mark.anyio
+URL = "https://hooks.example.com/in"
+SECRET = "whsec_" + base64.b64encode(b"k" * 32).decode()
+POLICY = RetryPolicy(base_s=10, cap_s=100, max_attempts=3)
+OPEN = AddressPolicy()
+
+
+def event(budget_used: int = 0, url: str = URL) -> ClaimedEvent:
+    return ClaimedEvent(
+        id=1, event_id="evt_abc", tenant_id="ten_x", task_id="task_x",
+        event_type="task.succeeded", callback_url=url, host="hooks.example.com",
+        body=b'{"type":"task.succeeded"}', attempts=budget_used, budget_used=budget_used,
+        token=uuid.uuid4(),
+    )
+
+
+async def run(ev: ClaimedEvent | None = None, limits: AttemptLimits = AttemptLimits(),
+              addresses: AddressPolicy = OPEN):  # type: ignore[no-untyped-def]
+    async with httpx.AsyncClient() as client:
+        return await attempt(client, ev or event(), Signer([SECRET]), POLICY, addresses, limits)
+
+
+@pytest.mark.parametrize("status", [200, 201, 202, 204, 299])
+async def test_2xx_is_delivered(status: int) -> None:
+    with respx.mock:
+        respx.post(URL).mock(return_value=httpx.Response(status, text="thanks"))
+        r = await run()
+    assert r.outcome == "delivered" and r.status_code == status and r.next_at is None
+    assert r.response_prefix == "thanks" and r.error is None and r.duration_ms >= 0
+
+
+async def test_request_is_signed_standard_webhooks() -> None:
+    with respx.mock:
+        route = respx.post(URL).mock(return_value=httpx.Response(204))
+        await run()
+    req = route.calls.last.request
+    assert req.headers["content-type"] == "application/json"
+    assert req.headers["webhook-id"] == "evt_abc"
+    ts = req.headers["webhook-timestamp"]
+    key = base64.b64decode(SECRET.removeprefix("whsec_"))
+    expected = base64.b64encode(
+        hmac.new(key, f"evt_abc.{ts}.".encode() + req.content, hashlib.sha256).digest()
+    ).decode()
+    assert req.headers["webhook-signature"] == f"v1,{expected}"
+    assert req.content == b'{"type":"task.succeeded"}'
+
+
+async def test_410_is_dead_at_once() -> None:
+    with respx.mock:
+        respx.post(URL).mock(return_value=httpx.Response(410))
+        r = await run()
+    assert r.outcome == "dead" and "410" in (r.error or "") and r.next_at is None
+
+
+@pytest.mark.parametrize("status", [500, 502, 400, 404, 408])
+async def test_other_status_is_retried_with_backoff(status: int) -> None:
+    with respx.mock:
+        respx.post(URL).mock(return_value=httpx.Response(status))
+        r = await run()
+    assert r.outcome == "retry" and r.status_code == status
+    delay = (r.next_at - r.attempted_at).total_seconds()
+    assert 5 <= delay <= 10  # after attempt 1: half to all of base
+
+
+async def test_backoff_grows_with_budget_used() -> None:
+    with respx.mock:
+        respx.post(URL).mock(return_value=httpx.Response(500))
+        r = await run(event(budget_used=1))
+    delay = (r.next_at - r.attempted_at).total_seconds()
+    assert 10 <= delay <= 20
+
+
+@pytest.mark.parametrize("status", [429, 503])
+async def test_retry_after_is_honoured(status: int) -> None:
+    with respx.mock:
+        respx.post(URL).mock(return_value=httpx.Response(status, headers={"Retry-After": "60"}))
+        r = await run()
+    assert r.outcome == "retry"
+    assert r.next_at - r.attempted_at == timedelta(seconds=60)
+
+
+async def test_retry_after_is_capped_by_policy() -> None:
+    with respx.mock:
+        respx.post(URL).mock(return_value=httpx.Response(429, headers={"Retry-After": "99999"}))
+        r = await run()
+    assert r.next_at - r.attempted_at == timedelta(seconds=POLICY.cap_s)
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+async def test_redirect_is_not_followed(status: int) -> None:
+    with respx.mock:
+        respx.post(URL).mock(
+            return_value=httpx.Response(status, headers={"Location": "http://10.0.0.1/"})
+        )
+        other = respx.post("http://10.0.0.1/").mock(return_value=httpx.Response(200))
+        r = await run()
+    assert r.outcome == "retry" and "redirect" in (r.error or "")
+    assert not other.called
+
+
+async def test_timeout_is_retried() -> None:
+    with respx.mock:
+        respx.post(URL).mock(side_effect=httpx.ReadTimeout("slow"))
+        r = await run()
+    assert r.outcome == "retry" and r.status_code is None and "ReadTimeout" in (r.error or "")
+
+
+async def test_connection_error_is_retried() -> None:
+    with respx.mock:
+        respx.post(URL).mock(side_effect=httpx.ConnectError("refused"))
+        r = await run()
+    assert r.outcome == "retry" and "ConnectError" in (r.error or "")
+
+
+async def test_last_attempt_goes_dead() -> None:
+    with respx.mock:
+        respx.post(URL).mock(return_value=httpx.Response(500))
+        r = await run(event(budget_used=2))  # this is attempt 3 of 3
+    assert r.outcome == "dead" and r.next_at is None and "gave up after 3" in (r.error or "")
+
+
+async def test_response_body_is_capped() -> None:
+    with respx.mock:
+        respx.post(URL).mock(return_value=httpx.Response(200, content=b"x" * 1_000_000))
+        r = await run(limits=AttemptLimits(max_response_bytes=1000))
+    assert r.outcome == "delivered" and len(r.response_prefix or "") <= 256
+
+
+async def test_ip_literal_to_private_address_is_dead() -> None:
+    with respx.mock:
+        route = respx.post("http://127.0.0.1/in").mock(return_value=httpx.Response(200))
+        r = await run(event(url="http://127.0.0.1/in"), addresses=AddressPolicy(allow_http=True))
+    assert r.outcome == "dead" and "refused" in (r.error or "")
+    assert not route.called

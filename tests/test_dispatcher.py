@@ -1,0 +1,258 @@
+"""The dispatcher end to end: real PostgreSQL, a real receiver on 127.0.0.1, real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import json
+import time
+import uuid
+from dataclasses import replace
+
+import asyncpg
+import pytest
+from aiohttp import web
+
+from outbox import queries
+from outbox.dispatcher import running
+
+from .dispatching import backlog, dispatcher, wait_drained
+from .receiver import Receiver
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def receiver():  # type: ignore[no-untyped-def]
+    rx = await Receiver().start()
+    yield rx
+    await rx.stop()
+
+
+def expected_signature(secret: str, headers: dict[str, str], body: bytes) -> str:
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    signed = f"{headers['webhook-id']}.{headers['webhook-timestamp']}.".encode() + body
+    return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+
+
+async def test_delivers_signed_webhook(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+    tenant, [event_id] = await backlog(pool, runtime, receiver.url, 1)
+    async with running(dispatcher(runtime, pool)):
+        await receiver.wait_for(1)
+        await wait_drained(pool)
+    got = receiver.received[0]
+    h = {k.lower(): v for k, v in got.headers.items()}
+    assert h["content-type"] == "application/json"
+    assert h["webhook-id"] == event_id
+    assert abs(int(h["webhook-timestamp"]) - time.time()) < 10
+    assert h["webhook-signature"] == expected_signature(tenant.signing_secret, h, got.body)
+    body = json.loads(got.body)
+    assert body["type"] == "task.succeeded" and body["data"]["status"] == "succeeded"
+    assert set(body) == {"type", "timestamp", "data"}
+    assert body["data"]["delivery"]["eventId"] == event_id
+    task = await pool.fetchrow("SELECT * FROM tasks WHERE event_id = $1", event_id)
+    assert task["delivery_status"] == "delivered" and task["delivery_attempts"] == 1
+    assert task["delivered_at"] is not None and task["last_status_code"] == 204
+    log = await pool.fetch("SELECT * FROM delivery_attempts WHERE event_id = $1", event_id)
+    assert [(r["number"], r["outcome"], r["status_code"]) for r in log] == [(1, "delivered", 204)]
+
+
+async def test_retries_then_delivers(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+    async def flaky(request: web.Request, rx: Receiver) -> web.StreamResponse:
+        return web.Response(status=500 if len(rx.received) <= 2 else 200, text="nope")
+
+    receiver.behaviour = flaky
+    _, [event_id] = await backlog(pool, runtime, receiver.url, 1)
+    async with running(dispatcher(runtime, pool)):
+        await receiver.wait_for(3)
+        await wait_drained(pool)
+    assert receiver.event_ids() == [event_id] * 3  # same webhook-id on every retry
+    assert len({r.body for r in receiver.received}) == 1  # and the same body
+    log = await pool.fetch(
+        "SELECT number, outcome, status_code, response_prefix FROM delivery_attempts "
+        "WHERE event_id = $1 ORDER BY number", event_id)
+    assert [(r["number"], r["outcome"], r["status_code"]) for r in log] == [
+        (1, "retry", 500), (2, "retry", 500), (3, "delivered", 200)]
+    assert log[0]["response_prefix"] == "nope"
+
+
+async def test_exhausted_goes_to_dead_letters(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+    async def broken(request: web.Request, rx: Receiver) -> web.StreamResponse:
+        return web.Response(status=502)
+
+    receiver.behaviour = broken
+    _, [event_id] = await backlog(pool, runtime, receiver.url, 1)
+    async with running(dispatcher(runtime, pool)):
+        await receiver.wait_for(3)
+        await wait_drained(pool)
+    dead = await pool.fetchrow("SELECT * FROM dead_letters WHERE event_id = $1", event_id)
+    assert dead["attempts"] == 3 and dead["last_status_code"] == 502
+    assert "gave up after 3" in dead["last_error"]
+    task = await pool.fetchrow("SELECT * FROM tasks WHERE event_id = $1", event_id)
+    assert task["delivery_status"] == "dead" and task["delivery_attempts"] == 3
+    assert len(receiver.received) == 3
+
+
+async def test_410_is_dead_after_one_attempt(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+    async def gone(request: web.Request, rx: Receiver) -> web.StreamResponse:
+        return web.Response(status=410)
+
+    receiver.behaviour = gone
+    _, [event_id] = await backlog(pool, runtime, receiver.url, 1)
+    async with running(dispatcher(runtime, pool)):
+        await wait_drained(pool)
+    assert len(receiver.received) == 1
+    assert await pool.fetchval("SELECT attempts FROM dead_letters WHERE event_id=$1", event_id) == 1
+
+
+async def test_slow_drip_is_cut_at_total_deadline(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+    async def drip(request: web.Request, rx: Receiver) -> web.StreamResponse:
+        resp = web.StreamResponse(status=200)
+        await resp.prepare(request)
+        for _ in range(60):
+            await resp.write(b"x")
+            await asyncio.sleep(1)
+        return resp
+
+    receiver.behaviour = drip
+    rt = replace(runtime, settings=replace(runtime.settings, http_timeout_s=1.5, max_attempts=1))
+    _, [event_id] = await backlog(pool, rt, receiver.url, 1)
+    started = time.monotonic()
+    async with running(dispatcher(rt, pool)):
+        await wait_drained(pool)
+    assert time.monotonic() - started < 6
+    row = await pool.fetchrow("SELECT * FROM delivery_attempts WHERE event_id = $1", event_id)
+    assert "timed out after 1.5s" in row["error"] and 1400 < row["duration_ms"] < 3000
+
+
+async def test_endless_body_is_cut_at_cap(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+    async def endless(request: web.Request, rx: Receiver) -> web.StreamResponse:
+        resp = web.StreamResponse(status=200)
+        await resp.prepare(request)
+        chunk = b"y" * 65536
+        with_sent = 0
+        while with_sent < 200 * 1024 * 1024:
+            await resp.write(chunk)
+            with_sent += len(chunk)
+        return resp
+
+    receiver.behaviour = endless
+    rt = replace(runtime, settings=replace(runtime.settings, max_response_bytes=10_000))
+    _, [event_id] = await backlog(pool, rt, receiver.url, 1)
+    async with running(dispatcher(rt, pool)):
+        await wait_drained(pool)
+    row = await pool.fetchrow("SELECT * FROM delivery_attempts WHERE event_id = $1", event_id)
+    assert row["outcome"] == "delivered" and row["response_prefix"].startswith("yyy")
+    assert row["duration_ms"] < 2000
+
+
+async def test_private_destination_is_dead_lettered_when_not_allowlisted(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+    _, events = await backlog(pool, runtime, receiver.url, 1)
+    localhost_url = receiver.url.replace("127.0.0.1", "localhost")
+    _, more = await backlog(pool, runtime, localhost_url, 1)
+    strict = replace(runtime, settings=replace(runtime.settings, allow_private_cidrs=""))
+    async with running(dispatcher(strict, pool)):
+        await wait_drained(pool)
+    assert receiver.received == []
+    rows = await pool.fetch("SELECT event_id, attempts, last_error FROM dead_letters")
+    assert {r["event_id"] for r in rows} == {*events, *more}
+    for r in rows:
+        assert r["attempts"] == 1 and "refused" in r["last_error"]
+
+
+async def test_stale_lease_holder_cannot_record(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+    """Dispatcher A's lease expires, B takes the row over; A's late outcome is dropped."""
+    _, [event_id] = await backlog(pool, runtime, receiver.url, 1)
+    token_a, token_b = uuid.uuid4(), uuid.uuid4()
+    [row] = await pool.fetch(queries.CLAIM_BATCH, 10, 0.05, "a", token_a, [])
+    await asyncio.sleep(0.1)  # A stalls past its lease
+    [row_b] = await pool.fetch(queries.CLAIM_BATCH, 10, 30.0, "b", token_b, [])
+    assert row_b["id"] == row["id"]
+    now = await pool.fetchval("SELECT now()")
+
+    def outcome(token: uuid.UUID, result: str) -> list[list[object]]:
+        return [[row["id"]], [token], [result], [None], [200], [None], [now], [1.0], [None]]
+
+    stale = await pool.fetch(queries.RECORD_OUTCOMES, *outcome(token_a, "delivered"))
+    assert stale == []
+    assert await pool.fetchval("SELECT lease_owner FROM outbox WHERE id=$1", row["id"]) == "b"
+    assert await pool.fetchval("SELECT count(*) FROM delivery_attempts") == 0
+    fresh = await pool.fetch(queries.RECORD_OUTCOMES, *outcome(token_b, "delivered"))
+    assert [r["id"] for r in fresh] == [row["id"]]
+    assert await pool.fetchval("SELECT count(*) FROM outbox") == 0
+
+
+async def test_leased_rows_are_not_claimed_twice(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+    await backlog(pool, runtime, receiver.url, 5)
+    a = await pool.fetch(queries.CLAIM_BATCH, 3, 30.0, "a", uuid.uuid4(), [])
+    b = await pool.fetch(queries.CLAIM_BATCH, 10, 30.0, "b", uuid.uuid4(), [])
+    assert len(a) == 3 and len(b) == 2
+    assert not {r["id"] for r in a} & {r["id"] for r in b}
+    assert await pool.fetch(queries.CLAIM_BATCH, 10, 30.0, "c", uuid.uuid4(), []) == []
+
+
+async def test_saturated_hosts_are_skipped(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+    await backlog(pool, runtime, receiver.url, 3)
+    host = f"127.0.0.1:{receiver.port}"
+    assert await pool.fetch(queries.CLAIM_BATCH, 10, 30.0, "a", uuid.uuid4(), [host]) == []
+    assert len(await pool.fetch(queries.CLAIM_BATCH, 10, 30.0, "a", uuid.uuid4(), ["x"])) == 3
+
+
+async def test_two_dispatchers_share_a_backlog(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+    _, events = await backlog(pool, runtime, receiver.url, 300)
+    one, two = dispatcher(runtime, pool), dispatcher(runtime, pool)
+    async with running(one), running(two):
+        await wait_drained(pool, timeout=60)
+    assert set(receiver.event_ids()) == set(events)
+    assert one.counters["delivered"] > 0 and two.counters["delivered"] > 0
+    assert one.counters["delivered"] + two.counters["delivered"] == 300
+    dupes = await pool.fetchval(
+        "SELECT count(*) FROM (SELECT event_id, number FROM delivery_attempts "
+        "GROUP BY 1, 2 HAVING count(*) > 1) d")
+    assert dupes == 0
+    assert await pool.fetchval("SELECT count(*) FROM delivery_attempts") == 300
+
+
+async def test_per_host_cap_keeps_other_hosts_flowing(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+    stuck = await Receiver().start()
+    release = asyncio.Event()
+
+    async def hang(request: web.Request, rx: Receiver) -> web.StreamResponse:
+        await release.wait()
+        return web.Response(status=204)
+
+    stuck.behaviour = hang
+    try:
+        rt = replace(runtime, settings=replace(runtime.settings, per_host_concurrency=2,
+                                               concurrency=10, http_timeout_s=4.0, lease_s=8.0))
+        tenant, _ = await backlog(pool, rt, stuck.url, 20)
+        _, fast = await backlog(pool, rt, receiver.url, 20, tenant)
+        async with running(dispatcher(rt, pool)) as d:
+            await receiver.wait_for(20, timeout=10)
+            assert len(stuck.received) <= 2  # never more than the cap in flight
+            release.set()
+            await wait_drained(pool, timeout=60)
+        assert set(fast) <= set(receiver.event_ids())
+        assert d.counters["delivered"] == 40
+    finally:
+        release.set()
+        await stuck.stop()
+
+
+async def test_shutdown_releases_nothing_leased(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+    async def slow(request: web.Request, rx: Receiver) -> web.StreamResponse:
+        await asyncio.sleep(0.3)
+        return web.Response(status=204)
+
+    receiver.behaviour = slow
+    await backlog(pool, runtime, receiver.url, 50)
+    d = dispatcher(runtime, pool)
+    async with running(d):
+        await receiver.wait_for(5)
+    # Stopped mid-backlog: what was in flight finished, nothing stays leased.
+    leased = await pool.fetchval("SELECT count(*) FROM outbox WHERE lease_token IS NOT NULL")
+    assert leased == 0
+    delivered = await pool.fetchval("SELECT count(*) FROM delivery_attempts")
+    assert delivered == d.counters["delivered"] > 0

@@ -1,0 +1,295 @@
+"""HTTP routes on /v1/tasks: happy paths and every error case, through the real app and database."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+
+from .conftest import ADMIN, bearer
+
+pytestmark = pytest.mark.anyio
+HOOK = "http://127.0.0.1:9/hook"
+
+
+async def submit(client: httpx.AsyncClient, key: str, **extra: Any) -> httpx.Response:
+    body = {"type": "render", "callbackUrl": HOOK, "input": {"n": 1}, **extra}
+    return await client.post("/v1/tasks", json=body, headers=bearer(key))
+
+
+async def test_submit_returns_202_with_location(client, tenant) -> None:  # type: ignore[no-untyped-def]
+    r = await submit(client, tenant["apiKey"], metadata={"order": "A-1"}, timeoutSeconds=60)
+    assert r.status_code == 202, r.text
+    task = r.json()
+    assert task["id"].startswith("task_") and len(task["id"]) == 31
+    assert r.headers["location"] == f"/v1/tasks/{task['id']}"
+    assert r.headers["retry-after"] == "1"
+    assert task["status"] == "queued" and task["version"] == 1
+    assert task["metadata"] == {"order": "A-1"} and task["input"] == {"n": 1}
+    assert task["callbackUrl"] == HOOK and task["timeoutAt"] is not None
+    assert task["delivery"] == {
+        "eventId": None, "status": "none", "attempts": 0, "lastAttemptAt": None,
+        "lastStatusCode": None, "lastError": None, "nextAttemptAt": None, "deliveredAt": None,
+    }
+
+
+async def test_get_etag_and_304(client, tenant) -> None:  # type: ignore[no-untyped-def]
+    task = (await submit(client, tenant["apiKey"])).json()
+    r = await client.get(f"/v1/tasks/{task['id']}", headers=bearer(tenant["apiKey"]))
+    assert r.status_code == 200 and r.json()["id"] == task["id"]
+    etag = r.headers["etag"]
+    assert r.headers["retry-after"] == "1"
+    r2 = await client.get(
+        f"/v1/tasks/{task['id']}", headers={**bearer(tenant["apiKey"]), "If-None-Match": etag}
+    )
+    assert r2.status_code == 304 and r2.content == b""
+    await client.post(f"/v1/tasks/{task['id']}/complete", json={"status": "succeeded"}, headers=ADMIN)
+    r3 = await client.get(
+        f"/v1/tasks/{task['id']}", headers={**bearer(tenant["apiKey"]), "If-None-Match": etag}
+    )
+    assert r3.status_code == 200 and r3.headers["etag"] != etag
+    assert "retry-after" not in r3.headers
+
+
+async def test_other_tenants_task_is_404(client, tenant, other_tenant) -> None:  # type: ignore[no-untyped-def]
+    task = (await submit(client, tenant["apiKey"])).json()
+    other = bearer(other_tenant["apiKey"])
+    for method, path in [("GET", ""), ("POST", "/cancel")]:
+        r = await client.request(method, f"/v1/tasks/{task['id']}{path}", headers=other)
+        assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+    listing = await client.get("/v1/tasks", headers=other)
+    assert listing.json()["data"] == []
+
+
+async def test_unknown_id_is_404(client, tenant) -> None:  # type: ignore[no-untyped-def]
+    r = await client.get("/v1/tasks/task_doesnotexist", headers=bearer(tenant["apiKey"]))
+    assert r.status_code == 404
+    assert r.json() == {"error": {"code": "not_found", "message": "task not found"}}
+    r = await client.post("/v1/tasks/task_nope/complete", json={"status": "failed"}, headers=ADMIN)
+    assert r.status_code == 404
+
+
+async def test_lifecycle_start_complete_conflict(client, tenant) -> None:  # type: ignore[no-untyped-def]
+    tid = (await submit(client, tenant["apiKey"])).json()["id"]
+    r = await client.post(f"/v1/tasks/{tid}/start", headers=ADMIN)
+    assert r.status_code == 200 and r.json()["status"] == "running"
+    r = await client.post(f"/v1/tasks/{tid}/start", headers=ADMIN)
+    assert r.status_code == 409
+    r = await client.post(
+        f"/v1/tasks/{tid}/complete", json={"status": "succeeded", "result": {"url": "x"}},
+        headers=ADMIN,
+    )
+    done = r.json()
+    assert r.status_code == 200 and done["status"] == "succeeded" and done["version"] == 3
+    assert done["result"] == {"url": "x"} and done["completedAt"]
+    assert done["delivery"]["status"] == "pending" and done["delivery"]["eventId"]
+    r = await client.post(f"/v1/tasks/{tid}/complete", json={"status": "failed"}, headers=ADMIN)
+    assert r.status_code == 409
+    body = r.json()
+    assert body["error"]["code"] == "invalid_transition"
+    assert body["task"]["status"] == "succeeded" and body["task"]["version"] == 3
+
+
+async def test_partner_cancels_own_task(client, tenant) -> None:  # type: ignore[no-untyped-def]
+    tid = (await submit(client, tenant["apiKey"])).json()["id"]
+    r = await client.post(f"/v1/tasks/{tid}/cancel", headers=bearer(tenant["apiKey"]))
+    assert r.status_code == 200 and r.json()["status"] == "cancelled"
+    r = await client.post(f"/v1/tasks/{tid}/cancel", headers=ADMIN)
+    assert r.status_code == 409
+
+
+@pytest.mark.parametrize("body", [
+    {}, {"status": "running"}, {"status": "queued"}, {"status": "done"},
+    {"status": "succeeded", "extra": 1}, [],
+])
+async def test_complete_validation(client, tenant, body) -> None:  # type: ignore[no-untyped-def]
+    tid = (await submit(client, tenant["apiKey"])).json()["id"]
+    r = await client.post(f"/v1/tasks/{tid}/complete", json=body, headers=ADMIN)
+    assert r.status_code == 422 and r.json()["error"]["code"] == "validation_error"
+
+
+async def test_executor_routes_need_admin(client, tenant) -> None:  # type: ignore[no-untyped-def]
+    tid = (await submit(client, tenant["apiKey"])).json()["id"]
+    partner = bearer(tenant["apiKey"])
+    assert (await client.post(f"/v1/tasks/{tid}/start", headers=partner)).status_code == 403
+    r = await client.post(f"/v1/tasks/{tid}/complete", json={"status": "failed"}, headers=partner)
+    assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden"
+
+
+@pytest.mark.parametrize("headers", [
+    {}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic abc"},
+    {"Authorization": "Bearer "}, {"Authorization": "hr_nokind"},
+])
+async def test_bad_credentials_are_401(client, tenant, headers) -> None:  # type: ignore[no-untyped-def]
+    for method, path in [("POST", "/v1/tasks"), ("GET", "/v1/tasks"), ("GET", "/v1/tasks/x"),
+                         ("POST", "/v1/tasks/x/complete"), ("POST", "/v1/admin/tenants")]:
+        r = await client.request(method, path, json={}, headers=headers)
+        assert r.status_code == 401, (method, path, r.text)
+        assert r.json()["error"]["code"] == "unauthorized"
+        assert r.headers["www-authenticate"] == "Bearer"
+
+
+async def test_admin_cannot_submit_without_tenant(client) -> None:  # type: ignore[no-untyped-def]
+    r = await client.post("/v1/tasks", json={"type": "x", "callbackUrl": HOOK}, headers=ADMIN)
+    assert r.status_code == 403
+
+
+@pytest.mark.parametrize(("body", "code"), [
+    ({"callbackUrl": HOOK}, "validation_error"),
+    ({"type": "", "callbackUrl": HOOK}, "validation_error"),
+    ({"type": "x" * 101, "callbackUrl": HOOK}, "validation_error"),
+    ({"type": 5, "callbackUrl": HOOK}, "validation_error"),
+    ({"type": "t"}, "invalid_callback_url"),
+    ({"type": "t", "callbackUrl": 12}, "invalid_callback_url"),
+    ({"type": "t", "callbackUrl": "ftp://127.0.0.1/x"}, "invalid_callback_url"),
+    ({"type": "t", "callbackUrl": "not a url"}, "invalid_callback_url"),
+    ({"type": "t", "callbackUrl": "http://user:pw@127.0.0.1/x"}, "invalid_callback_url"),
+    ({"type": "t", "callbackUrl": "http://127.0.0.1:99999/x"}, "invalid_callback_url"),
+    ({"type": "t", "callbackUrl": "http://10.0.0.1/x"}, "blocked_callback_url"),
+    ({"type": "t", "callbackUrl": "http://169.254.169.254/latest"}, "blocked_callback_url"),
+    ({"type": "t", "callbackUrl": "http://[::ffff:10.0.0.1]/x"}, "blocked_callback_url"),
+    ({"type": "t", "callbackUrl": "http://host.invalid/x"}, "invalid_callback_url"),
+    ({"type": "t", "callbackUrl": "http://127.0.0.1/" + "a" * 2100}, "invalid_callback_url"),
+    ({"type": "t", "callbackUrl": HOOK, "metadata": [1]}, "validation_error"),
+    ({"type": "t", "callbackUrl": HOOK, "metadata": {"k": "v" * 20000}}, "validation_error"),
+    ({"type": "t", "callbackUrl": HOOK, "timeoutSeconds": 0}, "validation_error"),
+    ({"type": "t", "callbackUrl": HOOK, "timeoutSeconds": "10"}, "validation_error"),
+    ({"type": "t", "callbackUrl": HOOK, "timeoutSeconds": True}, "validation_error"),
+    ({"type": "t", "callbackUrl": HOOK, "surprise": 1}, "validation_error"),
+])
+async def test_submit_validation(client, tenant, body, code) -> None:  # type: ignore[no-untyped-def]
+    r = await client.post("/v1/tasks", json=body, headers=bearer(tenant["apiKey"]))
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["code"] == code
+    listing = await client.get("/v1/tasks", headers=bearer(tenant["apiKey"]))
+    assert listing.json()["data"] == []
+
+
+async def test_https_only_unless_allowed(client, tenant) -> None:  # type: ignore[no-untyped-def]
+    client._transport.app.state.address_policy = type(  # type: ignore[attr-defined]
+        client._transport.app.state.address_policy  # type: ignore[attr-defined]
+    ).from_settings("127.0.0.0/8", False)
+    r = await submit(client, tenant["apiKey"])
+    assert r.status_code == 422 and "http" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(("content", "ctype", "status", "code"), [
+    (b"{not json", "application/json", 400, "invalid_json"),
+    (b"", "application/json", 400, "invalid_json"),
+    (b'{"type": "t", "callbackUrl": "x"', "application/json", 400, "invalid_json"),
+    (b"\xff\xfe{}", "application/json", 400, "invalid_json"),
+    (b'{"a": NaN}', "application/json", 400, "invalid_json"),
+    (b"[" * 100 + b"]" * 100, "application/json", 400, "invalid_json"),
+    (b"type=t", "application/x-www-form-urlencoded", 415, "unsupported_media_type"),
+    (b"{}", "text/plain", 415, "unsupported_media_type"),
+])
+async def test_malformed_bodies(client, tenant, content, ctype, status, code) -> None:  # type: ignore[no-untyped-def]
+    headers = {**bearer(tenant["apiKey"]), "Content-Type": ctype}
+    r = await client.post("/v1/tasks", content=content, headers=headers)
+    assert r.status_code == status, r.text
+    assert r.json()["error"]["code"] == code
+
+
+async def test_oversize_body_is_413(client, tenant) -> None:  # type: ignore[no-untyped-def]
+    big = {"type": "t", "callbackUrl": HOOK, "input": "x" * 1_100_000}
+    r = await client.post("/v1/tasks", json=big, headers=bearer(tenant["apiKey"]))
+    assert r.status_code == 413 and r.json()["error"]["code"] == "payload_too_large"
+
+    async def chunks():  # type: ignore[no-untyped-def]
+        for _ in range(300):
+            yield b"x" * 4096  # no Content-Length: the cap must hold while streaming
+
+    r = await client.post("/v1/tasks", content=chunks(), headers=bearer(tenant["apiKey"]))
+    assert r.status_code == 413
+
+
+async def test_idempotency_same_body_same_task(client, tenant) -> None:  # type: ignore[no-untyped-def]
+    headers = {**bearer(tenant["apiKey"]), "Idempotency-Key": "order-77"}
+    body = {"type": "t", "callbackUrl": HOOK, "input": {"a": 1, "b": 2}}
+    first = await client.post("/v1/tasks", json=body, headers=headers)
+    # Same JSON value, different key order and whitespace: the same request.
+    again = await client.post(
+        "/v1/tasks", content=b'{"input": {"b": 2, "a": 1}, "callbackUrl": "%s", "type": "t"}'
+        % HOOK.encode(), headers={**headers, "Content-Type": "application/json"},
+    )
+    assert first.status_code == again.status_code == 202
+    assert first.json()["id"] == again.json()["id"]
+    assert again.headers["idempotent-replayed"] == "true"
+    changed = await client.post("/v1/tasks", json={**body, "input": {"a": 2}}, headers=headers)
+    assert changed.status_code == 422
+    assert changed.json()["error"]["code"] == "idempotency_key_reused"
+
+
+async def test_idempotency_keys_are_scoped_to_tenant(client, tenant, other_tenant) -> None:  # type: ignore[no-untyped-def]
+    body = {"type": "t", "callbackUrl": HOOK}
+    a = await client.post("/v1/tasks", json=body,
+                          headers={**bearer(tenant["apiKey"]), "Idempotency-Key": "k"})
+    b = await client.post("/v1/tasks", json=body,
+                          headers={**bearer(other_tenant["apiKey"]), "Idempotency-Key": "k"})
+    assert a.status_code == b.status_code == 202 and a.json()["id"] != b.json()["id"]
+
+
+async def test_idempotency_under_concurrency(client, tenant, pool) -> None:  # type: ignore[no-untyped-def]
+    headers = {**bearer(tenant["apiKey"]), "Idempotency-Key": "burst"}
+    body = {"type": "t", "callbackUrl": HOOK}
+    responses = await asyncio.gather(
+        *[client.post("/v1/tasks", json=body, headers=headers) for _ in range(20)]
+    )
+    codes = [r.status_code for r in responses]
+    assert set(codes) <= {202, 409}, codes
+    ids = {r.json()["id"] for r in responses if r.status_code == 202}
+    assert len(ids) == 1
+    for r in responses:
+        if r.status_code == 409:
+            assert r.json()["error"]["code"] == "idempotency_in_flight"
+    assert await pool.fetchval("SELECT count(*) FROM tasks") == 1
+
+
+async def test_bad_idempotency_key(client, tenant) -> None:  # type: ignore[no-untyped-def]
+    r = await client.post("/v1/tasks", json={"type": "t", "callbackUrl": HOOK},
+                          headers={**bearer(tenant["apiKey"]), "Idempotency-Key": "x" * 300})
+    assert r.status_code == 400
+
+
+async def test_listing_keyset_pagination_and_filters(client, tenant) -> None:  # type: ignore[no-untyped-def]
+    key = bearer(tenant["apiKey"])
+    ids = [(await submit(client, tenant["apiKey"])).json()["id"] for _ in range(5)]
+    await client.post(f"/v1/tasks/{ids[1]}/complete", json={"status": "failed"}, headers=ADMIN)
+    seen, cursor = [], None
+    while True:
+        params = {"limit": "2", **({"cursor": cursor} if cursor else {})}
+        page = (await client.get("/v1/tasks", params=params, headers=key)).json()
+        seen += [t["id"] for t in page["data"]]
+        cursor = page["nextCursor"]
+        if cursor is None:
+            break
+    assert sorted(seen) == sorted(ids) and len(seen) == 5
+    assert seen[-1] == ids[1]  # most recently updated comes last
+    failed = (await client.get("/v1/tasks", params={"status": "failed"}, headers=key)).json()
+    assert [t["id"] for t in failed["data"]] == [ids[1]]
+    after = failed["data"][0]["updatedAt"]
+    newer = (await client.get("/v1/tasks", params={"updatedAfter": after}, headers=key)).json()
+    assert newer["data"] == []
+
+
+@pytest.mark.parametrize("params", [
+    {"limit": "0"}, {"limit": "abc"}, {"limit": "5000"}, {"cursor": "!!notacursor"},
+    {"updatedAfter": "yesterday"}, {"updatedAfter": "2026-01-01T00:00:00"},
+])
+async def test_listing_bad_params_are_400(client, tenant, params) -> None:  # type: ignore[no-untyped-def]
+    r = await client.get("/v1/tasks", params=params, headers=bearer(tenant["apiKey"]))
+    assert r.status_code == 400 and r.json()["error"]["code"] == "bad_request"
+
+
+async def test_listing_bad_status_is_422(client, tenant) -> None:  # type: ignore[no-untyped-def]
+    r = await client.get("/v1/tasks", params={"status": "nope"}, headers=bearer(tenant["apiKey"]))
+    assert r.status_code == 422
+
+
+async def test_unknown_route_and_method(client) -> None:  # type: ignore[no-untyped-def]
+    r = await client.get("/v1/nothing")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+    r = await client.delete("/v1/tasks")
+    assert r.status_code == 405 and r.json()["error"]["code"] == "method_not_allowed"
