@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
-from importlib import resources
 from collections.abc import Awaitable, Callable
+from importlib import resources
 from typing import Any, TypeVar
 
 import asyncpg

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, Mapping, get_args
+from typing import Any, Literal, get_args
 
 TaskStatus = Literal["queued", "running", "succeeded", "failed", "cancelled", "timed_out"]
 DeliveryStatus = Literal["none", "pending", "delivered", "dead"]
@@ -48,7 +49,7 @@ class Task:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Task:
-        return cls(**{name: row[name] for name in cls.__slots__})  # type: ignore[attr-defined]
+        return cls(**{name: row[name] for name in cls.__slots__})
 
     @property
     def terminal(self) -> bool:
@@ -104,7 +105,7 @@ class Attempt:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Attempt:
-        return cls(**{name: row[name] for name in cls.__slots__})  # type: ignore[attr-defined]
+        return cls(**{name: row[name] for name in cls.__slots__})
 
     def to_resource(self) -> dict[str, Any]:
         return {

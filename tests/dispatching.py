@@ -1,4 +1,4 @@
-"""Helpers for dispatcher tests: a backlog of committed events and a dispatcher wired like production."""
+"""Dispatcher test helpers: a backlog of committed events, a dispatcher wired as in production."""
 
 from __future__ import annotations
 

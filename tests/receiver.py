@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -64,10 +65,8 @@ class Receiver:
             if time.monotonic() > deadline:
                 raise AssertionError(f"receiver got {len(self.received)} of {count} requests")
             self.arrived.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.arrived.wait(), 0.2)
-            except TimeoutError:
-                pass
 
     def event_ids(self) -> list[str]:
         return [r.headers["webhook-id"] for r in self.received]

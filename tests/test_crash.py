@@ -79,7 +79,8 @@ async def test_kill_9_mid_batch_loses_nothing(pool, runtime, dsn) -> None:  # ty
     # Duplicates can only come from rows that were leased (in flight) at the kill.
     assert duplicates <= leased
     assert await pool.fetchval("SELECT count(*) FROM outbox") == 0
-    assert await pool.fetchval("SELECT count(*) FROM tasks WHERE delivery_status <> 'delivered'") == 0
+    undelivered = "SELECT count(*) FROM tasks WHERE delivery_status <> 'delivered'"
+    assert await pool.fetchval(undelivered) == 0
     dupes = await pool.fetchval(
         "SELECT count(*) FROM (SELECT 1 FROM delivery_attempts GROUP BY event_id, number "
         "HAVING count(*) > 1) d")
@@ -96,7 +97,8 @@ async def test_sigterm_exits_cleanly_and_releases(pool, runtime, dsn) -> None:  
     rx = await Receiver(behaviour=hang).start()
     try:
         await backlog(pool, runtime, rx.url, 20)
-        proc = await start_dispatcher({**dispatcher_env(runtime, dsn), "HOOKRELAY_LOG_LEVEL": "INFO"})
+        env = {**dispatcher_env(runtime, dsn), "HOOKRELAY_LOG_LEVEL": "INFO"}
+        proc = await start_dispatcher(env)
         await rx.wait_for(5, timeout=30)
         proc.send_signal(signal.SIGTERM)
         release.set()

@@ -33,7 +33,10 @@ def event(budget_used: int = 0, url: str = URL) -> ClaimedEvent:
     )
 
 
-async def run(ev: ClaimedEvent | None = None, limits: AttemptLimits = AttemptLimits(),
+DEFAULT_LIMITS = AttemptLimits()
+
+
+async def run(ev: ClaimedEvent | None = None, limits: AttemptLimits = DEFAULT_LIMITS,
               addresses: AddressPolicy = OPEN):  # type: ignore[no-untyped-def]
     async with httpx.AsyncClient() as client:
         return await attempt(client, ev or event(), Signer([SECRET]), POLICY, addresses, limits)

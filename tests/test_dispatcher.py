@@ -11,7 +11,6 @@ import time
 import uuid
 from dataclasses import replace
 
-import asyncpg
 import pytest
 from aiohttp import web
 
@@ -148,7 +147,7 @@ async def test_endless_body_is_cut_at_cap(pool, runtime, receiver) -> None:  # t
     assert row["duration_ms"] < 2000
 
 
-async def test_private_destination_is_dead_lettered_when_not_allowlisted(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+async def test_private_destination_dead_letters_unless_allowlisted(pool, runtime, receiver):  # type: ignore[no-untyped-def]
     _, events = await backlog(pool, runtime, receiver.url, 1)
     localhost_url = receiver.url.replace("127.0.0.1", "localhost")
     _, more = await backlog(pool, runtime, localhost_url, 1)

@@ -45,7 +45,9 @@ async def test_get_etag_and_304(client, tenant) -> None:  # type: ignore[no-unty
         f"/v1/tasks/{task['id']}", headers={**bearer(tenant["apiKey"]), "If-None-Match": etag}
     )
     assert r2.status_code == 304 and r2.content == b""
-    await client.post(f"/v1/tasks/{task['id']}/complete", json={"status": "succeeded"}, headers=ADMIN)
+    await client.post(
+        f"/v1/tasks/{task['id']}/complete", json={"status": "succeeded"}, headers=ADMIN
+    )
     r3 = await client.get(
         f"/v1/tasks/{task['id']}", headers={**bearer(tenant["apiKey"]), "If-None-Match": etag}
     )

@@ -48,7 +48,7 @@ async def test_complete_writes_task_and_outbox_row(pool: asyncpg.Pool, task_id: 
     assert body["timestamp"] == body["data"]["completedAt"]
 
 
-async def test_error_in_callers_transaction_rolls_back_both(pool: asyncpg.Pool, task_id: str) -> None:
+async def test_error_in_callers_transaction_rolls_back_both(pool: asyncpg.Pool, task_id: str):
     async with pool.acquire() as conn:
         with pytest.raises(RuntimeError):
             async with conn.transaction():
