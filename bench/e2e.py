@@ -1,0 +1,120 @@
+"""Sustained delivery: one dispatcher process drains N committed events to one receiver process.
+
+The limit is measured in the same run: a bare aiohttp client loop POSTing the same
+bodies to the same receiver with no database. Prints ``ratio = delivered/s / limit/s``.
+
+    python bench/e2e.py [--events N] [--concurrency C]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import os
+import secrets
+import subprocess
+import sys
+import time
+
+import aiohttp
+import asyncpg
+from common import ROOT, ReceiverProcess, fresh_database, record, server_dsn
+
+from outbox import complete_task
+from outbox.crypto import SecretBox
+from outbox.db import create_pool
+from outbox.tasks import NewTask, create_task
+from outbox.tenants import create_tenant
+
+
+async def bare_client_limit(url: str, body: bytes, n: int, concurrency: int) -> float:
+    """POST/s of a plain aiohttp loop: the ceiling for any dispatcher on this machine."""
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        left = n
+
+        async def worker() -> None:
+            nonlocal left
+            while left > 0:
+                left -= 1
+                async with session.post(url, data=body,
+                                        headers={"content-type": "application/json"}) as r:
+                    await r.read()
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return n / (time.perf_counter() - started)
+
+
+async def fill(dsn: str, box: SecretBox, url: str, n: int) -> bytes:
+    pool = await create_pool(dsn, max_size=4)
+    async with pool.acquire() as conn:
+        tenant = await create_tenant(conn, "bench", box)
+        for start in range(0, n, 1000):
+            async with conn.transaction():
+                for _ in range(min(1000, n - start)):
+                    task, _ = await create_task(conn, tenant.id, NewTask("bench", url))
+                    await complete_task(conn, task.id, "succeeded", result={"ok": True})
+        body = await conn.fetchval("SELECT body FROM outbox LIMIT 1")
+    await pool.close()
+    return str(body).encode()
+
+
+async def drain(dsn: str, env: dict[str, str], n: int) -> tuple[float, int]:
+    conn = await asyncpg.connect(dsn)
+    proc = subprocess.Popen([sys.executable, "-m", "service.cli", "dispatch"], env=env,
+                            cwd=ROOT, stderr=subprocess.DEVNULL)
+    try:
+        first = None
+        while True:
+            left = await conn.fetchval("SELECT count(*) FROM outbox")
+            now = time.perf_counter()
+            if first is None and left < n:
+                first = now
+            if left == 0:
+                break
+            await asyncio.sleep(0.02)
+        assert first is not None
+        return n / (now - first), proc.pid
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        await conn.close()
+
+
+async def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--events", type=int, default=20000)
+    p.add_argument("--concurrency", type=int, default=200)
+    args = p.parse_args()
+    server = server_dsn()
+    dsn = await fresh_database(server)
+    rx = ReceiverProcess()
+    key = base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
+    box = SecretBox(base64.urlsafe_b64decode(key))
+    body = await fill(dsn, box, rx.url, args.events)
+    limit = await bare_client_limit(rx.url, body, args.events, 50)
+    env = {**os.environ, "DATABASE_URL": dsn, "HOOKRELAY_MASTER_KEY": key,
+           "HOOKRELAY_ADMIN_TOKEN": "bench", "HOOKRELAY_ALLOW_HTTP": "true",
+           "HOOKRELAY_ALLOW_PRIVATE_CIDRS": "127.0.0.0/8",
+           "HOOKRELAY_CONCURRENCY": str(args.concurrency),
+           "HOOKRELAY_PER_HOST_CONCURRENCY": str(args.concurrency),
+           "HOOKRELAY_BATCH_SIZE": "500", "HOOKRELAY_LOG_LEVEL": "WARNING"}
+    rate, _ = await drain(dsn, env, args.events)
+    stats = rx.stop()
+    ratio = rate / limit
+    table = (
+        "| figure | value |\n|---|---|\n"
+        f"| events | {args.events} |\n"
+        f"| delivered/s, one dispatcher | {rate:,.0f} |\n"
+        f"| bare aiohttp client limit, POST/s | {limit:,.0f} |\n"
+        f"| ratio = delivered/s / limit | {ratio:.2f} |\n"
+        f"| requests received (dispatcher + limit loop) | {stats['count']} |\n"
+    )
+    print(table)
+    record("e2e: sustained delivery", f"python bench/e2e.py --events {args.events}", table)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
