@@ -236,3 +236,54 @@ SELECT f.id FROM fenced f
 
 # -- outbox_depth --
 OUTBOX_DEPTH = "SELECT count(*) FROM outbox"
+
+# ---------------------------------------------------------------- sweeper
+
+# -- claim_overdue_tasks --
+# Live tasks past their deadline. FOR UPDATE SKIP LOCKED lets every process's
+# sweeper run at once without doing the same task twice, and skips a task an
+# executor is completing right now: if that commits, the task is terminal and
+# never selected; if it rolls back, the next sweep takes it.
+CLAIM_OVERDUE_TASKS = """
+SELECT id FROM tasks
+ WHERE timeout_at <= now() AND status IN ('queued', 'running')
+ ORDER BY timeout_at
+ LIMIT $1
+   FOR UPDATE SKIP LOCKED
+"""
+
+# ------------------------------------------------------------- redelivery
+
+# -- lock_task --
+LOCK_TASK = "SELECT * FROM tasks WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2) FOR UPDATE"
+
+# -- requeue_event --
+# Back into the outbox under the same event id with a fresh attempt budget;
+# attempts continues from the log so attempt numbers stay unique per event.
+# ON CONFLICT: an event already waiting is not queued twice (returns no row).
+REQUEUE_EVENT = """
+INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host, body, attempts)
+VALUES ($1, $2, $3, $4, $5, $6, $7,
+        COALESCE((SELECT max(number) FROM delivery_attempts WHERE event_id = $1), 0))
+ON CONFLICT (event_id) DO NOTHING
+RETURNING id
+"""
+
+# -- mark_replayed --
+MARK_REPLAYED = """
+UPDATE dead_letters SET replayed_at = now(), replayed_by = $2, replay_count = replay_count + 1
+ WHERE event_id = $1 AND replayed_at IS NULL
+"""
+
+# -- delivery_pending --
+DELIVERY_PENDING = """
+UPDATE tasks SET delivery_status = 'pending', next_attempt_at = now(), updated_at = now()
+ WHERE id = $1
+RETURNING *
+"""
+
+# -- task_attempts --
+TASK_ATTEMPTS = """
+SELECT event_id, number, attempted_at, duration_ms, outcome, status_code, error, response_prefix
+  FROM delivery_attempts WHERE task_id = $1 ORDER BY number
+"""

@@ -16,13 +16,14 @@ import uvicorn
 
 from outbox.db import apply_schema, create_pool
 from outbox.errors import OutboxError
+from outbox.sweeper import sweeping
 from outbox.tenants import create_tenant
 
 from . import logs
 from .app import create_app
 from .runtime import Runtime, prepare
 from .settings import Settings
-from .workers import dispatcher_background, make_dispatcher
+from .workers import dispatcher_background, make_dispatcher, sweeper_background
 
 log = logging.getLogger("hookrelay")
 
@@ -55,7 +56,9 @@ def _banner(runtime: Runtime) -> None:
 
 async def _serve(runtime: Runtime, *, with_dispatcher: bool) -> None:
     await _migrate(runtime)
-    background = [dispatcher_background(runtime)] if with_dispatcher else []
+    background = (
+        [dispatcher_background(runtime), sweeper_background(runtime)] if with_dispatcher else []
+    )
     app = create_app(runtime, background=background)
     s = runtime.settings
     config = uvicorn.Config(
@@ -75,7 +78,8 @@ async def _dispatch(runtime: Runtime) -> None:
         loop.add_signal_handler(sig, dispatcher.stop)
     log.info("dispatcher %s started", dispatcher.config.owner)
     try:
-        await dispatcher.run()
+        async with sweeping(pool, runtime.settings.sweep_interval_s):
+            await dispatcher.run()
     finally:
         await dispatcher.client.aclose()
         await pool.close()

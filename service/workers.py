@@ -1,4 +1,4 @@
-"""Background parts of a process: the dispatcher (and, later, the sweeper) wired from settings."""
+"""Background parts of a process: the dispatcher and the timeout sweeper, wired from settings."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import asyncpg
 from outbox.delivery import AttemptLimits
 from outbox.dispatcher import Dispatcher, DispatcherConfig, running
 from outbox.http import build_client
+from outbox.sweeper import sweeping
 
 from .runtime import Runtime
 
@@ -51,5 +52,14 @@ def dispatcher_background(runtime: Runtime):  # type: ignore[no-untyped-def]
                 yield dispatcher
         finally:
             await dispatcher.client.aclose()
+
+    return run
+
+
+def sweeper_background(runtime: Runtime):  # type: ignore[no-untyped-def]
+    """The timeout sweeper as a ``Background``."""
+
+    def run(pool: asyncpg.Pool) -> contextlib.AbstractAsyncContextManager[None]:
+        return sweeping(pool, runtime.settings.sweep_interval_s)
 
     return run

@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from outbox import transitions
+from outbox import redelivery, transitions
 from outbox.errors import IdempotencyInFlight, IdempotencyKeyReused, InvalidTransition, TaskNotFound
 from outbox.models import ALL_STATUSES, Task
 from outbox.tasks import Idempotency, create_task, get_task, list_tasks
@@ -131,6 +131,36 @@ async def _apply(request: Request, change: Change) -> Response:
     return task_response(task)
 
 
+async def deliveries(request: Request) -> Response:
+    task = await _visible_task(request)
+    async with request.app.state.pool.acquire() as conn:
+        log = await redelivery.attempts(conn, task.id)
+    return JSONResponse({
+        "taskId": task.id, "eventId": task.event_id,
+        "data": [a.to_resource() for a in log],
+    })
+
+
+async def redeliver(request: Request) -> Response:
+    who = await caller(request)
+    await read_json(request, required=False)
+    by = "admin" if who.is_admin else f"tenant:{who.tenant_id}"
+    try:
+        async with request.app.state.pool.acquire() as conn:
+            task = await redelivery.redeliver(
+                conn, request.path_params["task_id"], tenant_id=who.tenant_id, by=by
+            )
+    except TaskNotFound as exc:
+        raise NotFound("task not found") from exc
+    except redelivery.AlreadyPending as exc:
+        raise Conflict("the event is already waiting for delivery", code="delivery_pending",
+                       extra={"task": exc.current.to_resource()}) from exc
+    except InvalidTransition as exc:
+        raise Conflict("the task has no terminal event yet", code="not_terminal",
+                       extra={"task": exc.current.to_resource()}) from exc
+    return task_response(task, 202)
+
+
 routes = [
     Route("/v1/tasks", submit, methods=["POST"]),
     Route("/v1/tasks", index, methods=["GET"]),
@@ -138,4 +168,6 @@ routes = [
     Route("/v1/tasks/{task_id}/start", start, methods=["POST"]),
     Route("/v1/tasks/{task_id}/complete", complete, methods=["POST"]),
     Route("/v1/tasks/{task_id}/cancel", cancel, methods=["POST"]),
+    Route("/v1/tasks/{task_id}/deliveries", deliveries, methods=["GET"]),
+    Route("/v1/tasks/{task_id}/redeliver", redeliver, methods=["POST"]),
 ]

@@ -1,0 +1,54 @@
+"""The timeout sweeper: live tasks past ``timeout_at`` become ``timed_out``, with their event."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+import asyncpg
+
+from . import queries
+from .db import TRANSIENT_ERRORS
+from .transitions import timeout_task
+
+log = logging.getLogger("hookrelay.sweeper")
+BATCH = 500
+
+
+async def sweep_once(pool: asyncpg.Pool, batch: int = BATCH) -> int:
+    """Time out one batch of overdue tasks in one transaction; returns how many."""
+    async with pool.acquire() as conn, conn.transaction():
+        ids = [r["id"] for r in await conn.fetch(queries.CLAIM_OVERDUE_TASKS, batch)]
+        for task_id in ids:
+            # The row lock taken above makes this transition certain to apply.
+            await timeout_task(conn, task_id)
+    return len(ids)
+
+
+async def run(pool: asyncpg.Pool, interval_s: float, stop: asyncio.Event) -> None:
+    """Sweep every ``interval_s`` (at once again while batches come back full)."""
+    while not stop.is_set():
+        try:
+            n = await sweep_once(pool)
+            if n:
+                log.info("timed out %d tasks", n)
+            if n == BATCH:
+                continue
+        except TRANSIENT_ERRORS as exc:
+            log.warning("sweep failed, retrying: %s", exc)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval_s)
+
+
+@contextlib.asynccontextmanager
+async def sweeping(pool: asyncpg.Pool, interval_s: float) -> AsyncIterator[None]:
+    """Run the sweeper in the background for the duration of the block."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(run(pool, interval_s, stop), name="hookrelay-sweeper")
+    try:
+        yield
+    finally:
+        stop.set()
+        await task

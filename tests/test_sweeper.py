@@ -1,0 +1,75 @@
+"""The timeout sweeper: overdue live tasks become timed_out with exactly one event."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import asyncpg
+import pytest
+
+from outbox import complete_task
+from outbox.errors import InvalidTransition
+from outbox.sweeper import sweep_once, sweeping
+from outbox.tasks import NewTask, create_task
+from outbox.tenants import create_tenant
+
+pytestmark = pytest.mark.anyio
+URL = "http://127.0.0.1:9/hook"
+
+
+async def make(pool: asyncpg.Pool, runtime, timeouts: list[float | None]) -> list[str]:  # type: ignore[no-untyped-def]
+    async with pool.acquire() as conn:
+        t = await create_tenant(conn, "t", runtime.secret_box)
+        return [
+            (await create_task(conn, t.id, NewTask("x", URL, timeout_s=s)))[0].id for s in timeouts
+        ]
+
+
+async def test_overdue_tasks_time_out(pool, runtime) -> None:  # type: ignore[no-untyped-def]
+    overdue, later, never = await make(pool, runtime, [0.01, 3600, None])
+    await asyncio.sleep(0.05)
+    assert await sweep_once(pool) == 1
+    rows = {r["id"]: r for r in await pool.fetch("SELECT id, status, error FROM tasks")}
+    assert rows[overdue]["status"] == "timed_out" and rows[overdue]["error"]["code"] == "timed_out"
+    assert rows[later]["status"] == rows[never]["status"] == "queued"
+    events = await pool.fetch("SELECT task_id, event_type FROM outbox")
+    assert [(e["task_id"], e["event_type"]) for e in events] == [(overdue, "task.timed_out")]
+    assert await sweep_once(pool) == 0
+
+
+async def test_running_tasks_time_out_too(pool, runtime) -> None:  # type: ignore[no-untyped-def]
+    from outbox import start_task
+
+    [tid] = await make(pool, runtime, [0.01])
+    async with pool.acquire() as conn:
+        await start_task(conn, tid)
+    await asyncio.sleep(0.05)
+    assert await sweep_once(pool) == 1
+
+
+async def test_completion_racing_the_sweeper_ends_in_one_state(pool, runtime) -> None:  # type: ignore[no-untyped-def]
+    ids = await make(pool, runtime, [0.01] * 40)
+    await asyncio.sleep(0.05)
+
+    async def complete(tid: str) -> None:
+        async with pool.acquire() as conn:
+            with contextlib.suppress(InvalidTransition):
+                await complete_task(conn, tid, "succeeded")
+
+    await asyncio.gather(sweep_once(pool, batch=40), *(complete(t) for t in ids))
+    rows = await pool.fetch("SELECT status, version FROM tasks")
+    assert {r["status"] for r in rows} <= {"succeeded", "timed_out"}
+    assert all(r["version"] == 2 for r in rows)
+    per_task = await pool.fetch("SELECT task_id, count(*) AS n FROM outbox GROUP BY task_id")
+    assert len(per_task) == 40 and all(r["n"] == 1 for r in per_task)
+
+
+async def test_background_sweeper(pool, runtime) -> None:  # type: ignore[no-untyped-def]
+    [tid] = await make(pool, runtime, [0.2])
+    async with sweeping(pool, 0.05):
+        for _ in range(40):
+            if await pool.fetchval("SELECT status FROM tasks WHERE id=$1", tid) == "timed_out":
+                break
+            await asyncio.sleep(0.05)
+    assert await pool.fetchval("SELECT status FROM tasks WHERE id=$1", tid) == "timed_out"
