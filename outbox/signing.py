@@ -1,7 +1,9 @@
 """Standard Webhooks v1 signatures (https://www.standardwebhooks.com).
 
-``webhook-signature`` is ``v1,<base64 HMAC-SHA256(key, "{id}.{timestamp}.{body}")>``,
-one per active secret, space separated; the key is the base64 part of ``whsec_...``.
+A secret is ``whsec_`` + base64 of the key bytes. The signature of a message is
+``v1,`` + base64(HMAC-SHA256(key, "{id}.{timestamp}.{body}")); during a secret
+rotation the header carries one signature per active secret, space-separated,
+and a receiver accepts the message if any of them matches.
 """
 
 from __future__ import annotations
@@ -10,46 +12,81 @@ import base64
 import binascii
 import hashlib
 import hmac
-import secrets
+import secrets as _secrets
 import time
 from collections.abc import Mapping, Sequence
 
 from .errors import ConfigurationError
 
 SECRET_PREFIX = "whsec_"
+SIGNATURE_VERSION = "v1"
+DEFAULT_TOLERANCE_S = 300.0
+_SECRET_BYTES = 32
 
 
 class SignatureError(ValueError):
-    """A webhook failed verification; the message says why."""
+    """A received webhook failed verification; the message says why."""
 
 
 def generate_secret() -> str:
-    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(32)).decode()
+    """A fresh ``whsec_`` signing secret holding 32 random bytes."""
+    return SECRET_PREFIX + base64.b64encode(_secrets.token_bytes(_SECRET_BYTES)).decode("ascii")
 
 
 def secret_key(secret: str) -> bytes:
-    """The HMAC key inside a ``whsec_`` secret."""
+    """The HMAC key inside a ``whsec_`` secret; ConfigurationError if it is not base64."""
+    encoded = secret.removeprefix(SECRET_PREFIX)
     try:
-        return base64.b64decode(secret.removeprefix(SECRET_PREFIX), validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise ConfigurationError("signing secret is not valid base64") from exc
-
-
-def _mac(key: bytes, msg_id: str, timestamp: int, body: bytes) -> str:
-    digest = hmac.new(key, f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
-    return "v1," + base64.b64encode(digest).decode()
+        key = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        # Never echo the secret itself: this message may end up in a log.
+        raise ConfigurationError("signing secret is not valid base64 after 'whsec_'") from None
+    if not key:
+        raise ConfigurationError("signing secret is empty")
+    return key
 
 
 class Signer:
-    """Signs with every given secret; keys are decoded once, not per attempt."""
+    """Signs messages with a fixed list of secrets, newest first.
 
-    def __init__(self, secrets_: Sequence[str]) -> None:
-        self._keys = [secret_key(s) for s in secrets_]
+    Keys are decoded and HMAC states keyed once here; each signature then only
+    copies a prepared state, which matters because every attempt is signed.
+    """
+
+    __slots__ = ("_macs",)
+
+    def __init__(self, secrets: Sequence[str]) -> None:
+        # A bare str is a Sequence[str] too; iterating it would sign per character.
+        if isinstance(secrets, str):
+            raise TypeError("Signer takes a sequence of secrets, not a single string")
+        if not secrets:
+            raise ConfigurationError("at least one signing secret is required")
+        self._macs = tuple(hmac.new(secret_key(s), digestmod=hashlib.sha256) for s in secrets)
+
+    def __repr__(self) -> str:
+        return f"Signer(<{len(self._macs)} secret(s)>)"
+
+    def digests(self, msg_id: str, timestamp: int, body: bytes) -> list[bytes]:
+        """Raw HMAC-SHA256 digests of the message, one per secret, in order."""
+        prefix = f"{msg_id}.{timestamp}.".encode()
+        out = []
+        for base in self._macs:
+            mac = base.copy()
+            mac.update(prefix)
+            # Two updates instead of prefix + body: no copy of a large body.
+            mac.update(body)
+            out.append(mac.digest())
+        return out
 
     def signature(self, msg_id: str, timestamp: int, body: bytes) -> str:
-        return " ".join(_mac(k, msg_id, timestamp, body) for k in self._keys)
+        """The ``webhook-signature`` header value: ``v1,<b64>`` per secret, space-separated."""
+        return " ".join(
+            f"{SIGNATURE_VERSION},{base64.b64encode(d).decode('ascii')}"
+            for d in self.digests(msg_id, timestamp, body)
+        )
 
     def headers(self, msg_id: str, timestamp: int, body: bytes) -> dict[str, str]:
+        """The four headers of a signed Standard Webhooks POST."""
         return {
             "content-type": "application/json",
             "webhook-id": msg_id,
@@ -59,34 +96,77 @@ class Signer:
 
 
 def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
-    return _mac(secret_key(secret), msg_id, timestamp, body)
+    """``v1,<base64 HMAC-SHA256>`` of one message under one secret."""
+    return Signer([secret]).signature(msg_id, timestamp, body)
+
+
+def signature_header(secrets: Sequence[str], msg_id: str, timestamp: int, body: bytes) -> str:
+    """The ``webhook-signature`` value for all ``secrets``, in the order given."""
+    return Signer(secrets).signature(msg_id, timestamp, body)
 
 
 def webhook_headers(
-    secrets_: Sequence[str], msg_id: str, timestamp: int, body: bytes
+    secrets: Sequence[str], msg_id: str, timestamp: int, body: bytes
 ) -> dict[str, str]:
-    return Signer(secrets_).headers(msg_id, timestamp, body)
+    """The headers of a signed webhook; prefer a long-lived ``Signer`` on hot paths."""
+    return Signer(secrets).headers(msg_id, timestamp, body)
 
 
 def verify(
-    secrets_: Sequence[str], headers: Mapping[str, str], body: bytes, *,
-    tolerance_s: int = 300, now: float | None = None,
+    secrets: Sequence[str],
+    headers: Mapping[str, str],
+    body: bytes,
+    *,
+    tolerance_s: float = DEFAULT_TOLERANCE_S,
+    now: float | None = None,
 ) -> None:
-    """Receiver-side check; raises :class:`SignatureError` unless a signature matches."""
-    lower = {k.lower(): v for k, v in headers.items()}
-    try:
-        msg_id, ts_raw, sigs = (lower[h] for h in
-                                ("webhook-id", "webhook-timestamp", "webhook-signature"))
-    except KeyError as exc:
-        raise SignatureError(f"missing header {exc.args[0]}") from None
-    try:
-        ts = int(ts_raw)
-    except ValueError:
-        raise SignatureError("webhook-timestamp is not an integer") from None
-    if abs((time.time() if now is None else now) - ts) > tolerance_s:
-        raise SignatureError("webhook-timestamp outside the tolerance")
-    expected = [_mac(secret_key(s), msg_id, ts, body).encode() for s in secrets_]
-    for candidate in sigs.split():
-        if any(hmac.compare_digest(candidate.encode(), e) for e in expected):
-            return
-    raise SignatureError("no matching signature")
+    """Check a received webhook as a Standard Webhooks receiver would.
+
+    Raises SignatureError if a header is missing, the timestamp is outside
+    ``tolerance_s`` of ``now`` (unix seconds), or no ``v1`` signature matches
+    any of ``secrets``.
+    """
+    lowered = {k.lower(): v for k, v in headers.items()}
+    msg_id = _required(lowered, "webhook-id")
+    raw_ts = _required(lowered, "webhook-timestamp")
+    raw_sig = _required(lowered, "webhook-signature")
+
+    ts_text = raw_ts.strip()
+    if not ts_text.isascii() or not ts_text.isdigit():
+        raise SignatureError("webhook-timestamp is not an integer number of seconds")
+    timestamp = int(ts_text)
+    current = time.time() if now is None else now
+    # Checked before the HMAC so a replayed old message is refused cheaply.
+    if timestamp < current - tolerance_s:
+        raise SignatureError("webhook-timestamp is too old")
+    if timestamp > current + tolerance_s:
+        raise SignatureError("webhook-timestamp is too far in the future")
+
+    received: list[bytes] = []
+    for entry in raw_sig.split():
+        version, sep, encoded = entry.partition(",")
+        # Other versions (e.g. v1a, asymmetric) may sit beside ours; skip them.
+        if not sep or version != SIGNATURE_VERSION:
+            continue
+        try:
+            received.append(base64.b64decode(encoded, validate=True))
+        except (binascii.Error, ValueError):
+            continue
+    if not received:
+        raise SignatureError("webhook-signature holds no well-formed v1 signature")
+
+    expected = Signer(secrets).digests(msg_id, timestamp, body)
+    # Compare every pair, no early exit, so timing says nothing about which matched.
+    matched = False
+    for want in expected:
+        for got in received:
+            matched |= hmac.compare_digest(want, got)
+    if not matched:
+        raise SignatureError("no signature matches")
+
+
+def _required(headers: Mapping[str, str], name: str) -> str:
+    value = headers.get(name)
+    if not value:
+        raise SignatureError(f"missing {name} header")
+    return value

@@ -1,4 +1,4 @@
-"""Standard Webhooks signatures, recomputed independently with hmac in every test."""
+"""Standard Webhooks signatures; every expected value is recomputed here with hmac."""
 
 from __future__ import annotations
 
@@ -10,10 +10,23 @@ import time
 import pytest
 
 from outbox.errors import ConfigurationError
-from outbox.signing import SignatureError, Signer, generate_secret, sign, verify
+from outbox.signing import (
+    SECRET_PREFIX,
+    SignatureError,
+    Signer,
+    generate_secret,
+    secret_key,
+    sign,
+    signature_header,
+    verify,
+    webhook_headers,
+)
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-BODY = b'{"type":"task.succeeded","data":{}}'
+OTHER = "whsec_" + base64.b64encode(b"o" * 32).decode()
+MSG_ID = "evt_01HZX"
+NOW = 1_700_000_000
+BODY = b'{"type":"task.succeeded","timestamp":"2023-11-14T22:13:20Z","data":{"id":"task_1"}}'
 
 
 def reference(secret: str, msg_id: str, ts: int, body: bytes) -> str:
@@ -22,94 +35,184 @@ def reference(secret: str, msg_id: str, ts: int, body: bytes) -> str:
     return "v1," + base64.b64encode(mac.digest()).decode()
 
 
+def signed(secrets: list[str] | None = None, ts: int = NOW) -> dict[str, str]:
+    return webhook_headers(secrets or [SECRET], MSG_ID, ts, BODY)
+
+
+def check(headers: dict[str, str], body: bytes = BODY, secrets: list[str] | None = None) -> None:
+    verify(secrets or [SECRET], headers, body, now=NOW)
+
+
+# --- signing -----------------------------------------------------------------
+
+
 def test_public_standard_webhooks_vector() -> None:
     got = sign(SECRET, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, b'{"test": 2432232314}')
     assert got == "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
 
 
-def test_headers_match_independent_hmac() -> None:
-    ts = int(time.time())
-    h = Signer([SECRET]).headers("evt_1", ts, BODY)
-    assert set(h) == {"content-type", "webhook-id", "webhook-timestamp", "webhook-signature"}
-    assert h["content-type"] == "application/json" and h["webhook-id"] == "evt_1"
-    assert h["webhook-timestamp"] == str(ts)
-    assert h["webhook-signature"] == reference(SECRET, "evt_1", ts, BODY)
+def test_sign_matches_independent_hmac() -> None:
+    assert sign(SECRET, MSG_ID, NOW, BODY) == reference(SECRET, MSG_ID, NOW, BODY)
+    assert sign(OTHER, MSG_ID, NOW, b"") == reference(OTHER, MSG_ID, NOW, b"")
 
 
-def test_rotation_gives_one_valid_signature_per_secret() -> None:
-    new = generate_secret()
-    ts = int(time.time())
-    h = Signer([new, SECRET]).headers("evt_2", ts, BODY)
-    first, second = h["webhook-signature"].split(" ")
-    assert first == reference(new, "evt_2", ts, BODY)
-    assert second == reference(SECRET, "evt_2", ts, BODY)
-    verify([SECRET], h, BODY)
-    verify([new], h, BODY)
+def test_headers_are_exactly_the_standard_four() -> None:
+    h = Signer([SECRET]).headers(MSG_ID, NOW, BODY)
+    assert h == {
+        "content-type": "application/json",
+        "webhook-id": MSG_ID,
+        "webhook-timestamp": str(NOW),
+        "webhook-signature": reference(SECRET, MSG_ID, NOW, BODY),
+    }
+    assert signed() == h
+
+
+def test_signature_header_keeps_the_given_order() -> None:
+    value = signature_header([OTHER, SECRET], MSG_ID, NOW, BODY)
+    assert value == reference(OTHER, MSG_ID, NOW, BODY) + " " + reference(SECRET, MSG_ID, NOW, BODY)
+
+
+def test_signer_is_reusable() -> None:
+    signer = Signer([SECRET])
+    for ts in (NOW, NOW + 1, NOW + 2):
+        assert signer.headers(MSG_ID, ts, BODY)["webhook-signature"] == reference(
+            SECRET, MSG_ID, ts, BODY
+        )
 
 
 def test_generated_secret_shape() -> None:
     s = generate_secret()
-    assert s.startswith("whsec_") and len(base64.b64decode(s[6:])) == 32
+    assert s.startswith(SECRET_PREFIX) and len(base64.b64decode(s[6:], validate=True)) == 32
+    assert s != generate_secret()
 
 
-def test_bad_secret_is_configuration_error() -> None:
+def test_secret_key_decodes_and_strips_prefix() -> None:
+    assert secret_key(OTHER) == b"o" * 32
+    assert secret_key(OTHER.removeprefix("whsec_")) == b"o" * 32
+
+
+@pytest.mark.parametrize("bad", ["whsec_not*base64", "whsec_abc", "whsec_", ""])
+def test_bad_secret_is_configuration_error(bad: str) -> None:
     with pytest.raises(ConfigurationError):
-        Signer(["whsec_not*base64"])
+        secret_key(bad)
+    with pytest.raises(ConfigurationError):
+        Signer([bad])
 
 
-def good_headers(ts: int | None = None) -> dict[str, str]:
-    return Signer([SECRET]).headers("evt_3", ts or int(time.time()), BODY)
+def test_signer_needs_a_list_of_secrets() -> None:
+    with pytest.raises(ConfigurationError):
+        Signer([])
+    with pytest.raises(TypeError):
+        Signer(SECRET)
 
 
-def test_verify_accepts_good() -> None:
-    verify([SECRET], good_headers(), BODY)
+def test_repr_hides_keys() -> None:
+    assert "MfKQ9r8" not in repr(Signer([SECRET]))
+
+
+# --- verify: success and each failure mode -------------------------------------
+
+
+def test_verify_accepts_a_good_message() -> None:
+    check(signed())
+
+
+def test_verify_header_names_are_case_insensitive() -> None:
+    check({k.title(): v for k, v in signed().items()})
+
+
+def test_verify_accepts_within_tolerance() -> None:
+    check(signed(ts=NOW - 299))
+    check(signed(ts=NOW + 299))
 
 
 def test_wrong_secret() -> None:
-    with pytest.raises(SignatureError, match="no matching"):
-        verify([generate_secret()], good_headers(), BODY)
+    with pytest.raises(SignatureError, match="no signature matches"):
+        check(signed(), secrets=[OTHER])
 
 
 def test_tampered_body() -> None:
-    with pytest.raises(SignatureError):
-        verify([SECRET], good_headers(), BODY + b" ")
+    with pytest.raises(SignatureError, match="no signature matches"):
+        check(signed(), body=BODY.replace(b"task_1", b"task_2"))
 
 
 def test_tampered_id() -> None:
-    h = {**good_headers(), "webhook-id": "evt_other"}
-    with pytest.raises(SignatureError):
-        verify([SECRET], h, BODY)
+    with pytest.raises(SignatureError, match="no signature matches"):
+        check({**signed(), "webhook-id": "evt_other"})
 
 
 def test_tampered_timestamp() -> None:
-    h = good_headers()
-    h["webhook-timestamp"] = str(int(h["webhook-timestamp"]) + 1)
-    with pytest.raises(SignatureError):
-        verify([SECRET], h, BODY)
+    with pytest.raises(SignatureError, match="no signature matches"):
+        check({**signed(), "webhook-timestamp": str(NOW + 1)})
 
 
 def test_stale_timestamp() -> None:
-    with pytest.raises(SignatureError, match="tolerance"):
-        verify([SECRET], good_headers(int(time.time()) - 3600), BODY)
+    with pytest.raises(SignatureError, match="too old"):
+        check(signed(ts=NOW - 301))
 
 
 def test_future_timestamp() -> None:
-    with pytest.raises(SignatureError, match="tolerance"):
-        verify([SECRET], good_headers(int(time.time()) + 3600), BODY)
+    with pytest.raises(SignatureError, match="future"):
+        check(signed(ts=NOW + 301))
 
 
-def test_missing_header() -> None:
-    h = good_headers()
-    del h["webhook-signature"]
-    with pytest.raises(SignatureError, match="missing"):
-        verify([SECRET], h, BODY)
+def test_non_numeric_timestamp() -> None:
+    with pytest.raises(SignatureError, match="integer"):
+        check({**signed(), "webhook-timestamp": "yesterday"})
 
 
-def test_malformed_signature() -> None:
-    h = good_headers()
+@pytest.mark.parametrize("name", ["webhook-id", "webhook-timestamp", "webhook-signature"])
+def test_missing_header(name: str) -> None:
+    h = signed()
+    del h[name]
+    with pytest.raises(SignatureError, match=f"missing {name}"):
+        check(h)
+
+
+def test_malformed_signature_without_version_prefix() -> None:
+    h = signed()
     h["webhook-signature"] = h["webhook-signature"].removeprefix("v1,")
+    with pytest.raises(SignatureError, match="no well-formed v1"):
+        check(h)
+
+
+def test_malformed_signature_bad_base64() -> None:
+    with pytest.raises(SignatureError, match="no well-formed v1"):
+        check({**signed(), "webhook-signature": "v1,@@not-base64@@"})
+
+
+def test_other_versions_are_skipped_not_fatal() -> None:
+    h = signed()
+    h["webhook-signature"] = "v1a,AAAA " + h["webhook-signature"]
+    check(h)
+
+
+def test_rotation_gives_one_signature_per_secret_each_verifying_alone() -> None:
+    new = generate_secret()
+    h = signed([new, SECRET])
+    first, second = h["webhook-signature"].split(" ")
+    assert first == reference(new, MSG_ID, NOW, BODY)
+    assert second == reference(SECRET, MSG_ID, NOW, BODY)
+    # Each signature on its own, with its own secret only.
+    check({**h, "webhook-signature": first}, secrets=[new])
+    check({**h, "webhook-signature": second}, secrets=[SECRET])
     with pytest.raises(SignatureError):
-        verify([SECRET], h, BODY)
-    h["webhook-signature"] = "v1,@@@"
-    with pytest.raises(SignatureError):
-        verify([SECRET], h, BODY)
+        check({**h, "webhook-signature": first}, secrets=[SECRET])
+    # And a receiver holding either secret accepts the full header.
+    check(h, secrets=[new])
+    check(h, secrets=[SECRET])
+
+
+# --- interoperability -----------------------------------------------------------
+
+
+def test_reference_standard_webhooks_library_accepts_us() -> None:
+    standardwebhooks = pytest.importorskip("standardwebhooks")
+    new = generate_secret()
+    ts = int(time.time())
+    for secrets in ([SECRET], [new, SECRET]):
+        h = webhook_headers(secrets, MSG_ID, ts, BODY)
+        for secret in secrets:
+            standardwebhooks.Webhook(secret).verify(BODY, h)
+    with pytest.raises(standardwebhooks.WebhookVerificationError):
+        standardwebhooks.Webhook(OTHER).verify(BODY, webhook_headers([SECRET], MSG_ID, ts, BODY))
