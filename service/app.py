@@ -35,7 +35,7 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         own = pool is None
         app.state.pool = pool or await create_pool(
-            runtime.dsn, min_size=1, max_size=settings.db_pool_size
+            runtime.dsn, min_size=1, max_size=settings.db_pool_size, wait_s=settings.db_wait_s
         )
         try:
             async with contextlib.AsyncExitStack() as stack:

@@ -29,7 +29,9 @@ log = logging.getLogger("hookrelay")
 
 
 async def _migrate(runtime: Runtime) -> None:
-    pool = await create_pool(runtime.dsn, min_size=1, max_size=1)
+    pool = await create_pool(
+        runtime.dsn, min_size=1, max_size=1, wait_s=runtime.settings.db_wait_s
+    )
     try:
         async with pool.acquire() as conn:
             await apply_schema(conn)
@@ -71,7 +73,10 @@ async def _serve(runtime: Runtime, *, with_dispatcher: bool) -> None:
 
 async def _dispatch(runtime: Runtime) -> None:
     await _migrate(runtime)
-    pool = await create_pool(runtime.dsn, min_size=1, max_size=runtime.settings.db_pool_size)
+    pool = await create_pool(
+        runtime.dsn, min_size=1, max_size=runtime.settings.db_pool_size,
+        wait_s=runtime.settings.db_wait_s,
+    )
     dispatcher = make_dispatcher(runtime, pool)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -87,7 +92,9 @@ async def _dispatch(runtime: Runtime) -> None:
 
 async def _tenants_create(runtime: Runtime, name: str, as_json: bool) -> None:
     await _migrate(runtime)
-    pool = await create_pool(runtime.dsn, min_size=1, max_size=1)
+    pool = await create_pool(
+        runtime.dsn, min_size=1, max_size=1, wait_s=runtime.settings.db_wait_s
+    )
     try:
         async with pool.acquire() as conn:
             t = await create_tenant(conn, name, runtime.secret_box)

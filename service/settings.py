@@ -68,6 +68,7 @@ class Settings:
     max_body_bytes: int = 1_048_576
     max_response_bytes: int = 65_536
     db_pool_size: int = 10
+    db_wait_s: float = 30.0
     host: str = "127.0.0.1"
     port: int = 8000
     log_level: str = "INFO"
@@ -101,6 +102,7 @@ class Settings:
             "max_body_bytes": ("HOOKRELAY_MAX_BODY_BYTES", _positive(int)),
             "max_response_bytes": ("HOOKRELAY_MAX_RESPONSE_BYTES", _positive(int)),
             "db_pool_size": ("HOOKRELAY_DB_POOL_SIZE", _positive(int)),
+            "db_wait_s": ("HOOKRELAY_DB_WAIT_S", _positive(float)),
             "host": ("HOOKRELAY_HOST", str),
             "port": ("HOOKRELAY_PORT", _positive(int)),
             "log_level": ("HOOKRELAY_LOG_LEVEL", str.upper),

@@ -1,0 +1,75 @@
+"""The ``hookrelay`` command as a user runs it: a subprocess against a real database."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+
+import asyncpg
+import pytest
+
+from outbox.db import apply_schema
+from outbox.tenants import active_secrets, authenticate
+
+from .conftest import ADMIN_TOKEN, ROOT
+
+pytestmark = pytest.mark.anyio
+
+
+async def hookrelay(*args: str, env: dict[str, str]) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "service.cli", *args, cwd=ROOT, env={**os.environ, **env},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+def cli_env(runtime, dsn: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    return {"DATABASE_URL": dsn, "HOOKRELAY_MASTER_KEY": runtime.settings.master_key,
+            "HOOKRELAY_ADMIN_TOKEN": ADMIN_TOKEN,
+            "HOOKRELAY_DATA_DIR": str(runtime.settings.data_dir)}
+
+
+async def test_tenants_create_prints_working_credentials(pool, runtime, dsn) -> None:  # type: ignore[no-untyped-def]
+    code, out, err = await hookrelay("tenants", "create", "acme", "--json",
+                                     env=cli_env(runtime, dsn))
+    assert code == 0, err
+    t = json.loads(out)
+    assert t["name"] == "acme" and t["signingSecret"].startswith("whsec_")
+    async with pool.acquire() as conn:
+        assert await authenticate(conn, t["apiKey"]) == t["id"]
+        assert await active_secrets(conn, [t["id"]], runtime.secret_box) == {
+            t["id"]: [t["signingSecret"]]}
+    code, out, _ = await hookrelay("tenants", "create", "globex", env=cli_env(runtime, dsn))
+    assert code == 0 and "api key:" in out and "whsec_" in out
+
+
+async def test_migrate_twice_and_concurrently_is_harmless(runtime, dsn) -> None:  # type: ignore[no-untyped-def]
+    code, _, err = await hookrelay("migrate", env=cli_env(runtime, dsn))
+    assert code == 0, err
+    conn = await asyncpg.connect(dsn)
+    try:
+        results = await asyncio.gather(
+            apply_schema(conn), *[hookrelay("migrate", env=cli_env(runtime, dsn)) for _ in range(3)]
+        )
+        assert all(r[0] == 0 for r in results[1:]), results
+        assert await conn.fetchval("SELECT count(*) FROM tasks") == 0
+    finally:
+        await conn.close()
+
+
+async def test_unreachable_database_fails_with_clear_message(runtime) -> None:  # type: ignore[no-untyped-def]
+    env = {**cli_env(runtime, "postgresql://postgres@127.0.0.1:1/none"),
+           "HOOKRELAY_DB_WAIT_S": "1"}
+    code, _, err = await hookrelay("migrate", env=env)
+    assert code == 1 and "database not reachable after 1s" in err
+    assert "Traceback" not in err
+
+
+async def test_bad_setting_fails_before_starting(runtime, dsn) -> None:  # type: ignore[no-untyped-def]
+    env = {**cli_env(runtime, dsn), "HOOKRELAY_MAX_ATTEMPTS": "many"}
+    code, _, err = await hookrelay("serve", env=env)
+    assert code == 2 and "HOOKRELAY_MAX_ATTEMPTS='many'" in err and "Traceback" not in err
