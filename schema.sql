@@ -127,6 +127,7 @@ CREATE TABLE IF NOT EXISTS dead_letters (
     task_id          text NOT NULL,
     event_type       text NOT NULL,
     callback_url     text NOT NULL,
+    host             text NOT NULL,
     body             text NOT NULL,
     created_at       timestamptz NOT NULL,
     failed_at        timestamptz NOT NULL DEFAULT now(),

@@ -194,14 +194,15 @@ dead AS (
     RETURNING o.*
 ),
 buried AS (
-    INSERT INTO dead_letters AS d (event_id, tenant_id, task_id, event_type, callback_url, body,
-                                   created_at, attempts, last_error, last_status_code)
-    SELECT x.event_id, x.tenant_id, x.task_id, x.event_type, x.callback_url, x.body,
+    INSERT INTO dead_letters AS d (event_id, tenant_id, task_id, event_type, callback_url, host,
+                                   body, created_at, attempts, last_error, last_status_code)
+    SELECT x.event_id, x.tenant_id, x.task_id, x.event_type, x.callback_url, x.host, x.body,
            x.created_at, x.attempts + 1, i.error, i.status_code
       FROM dead x JOIN input i ON i.id = x.id
     ON CONFLICT (event_id) DO UPDATE
        SET failed_at = now(), attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error,
            last_status_code = EXCLUDED.last_status_code, callback_url = EXCLUDED.callback_url,
+           host = EXCLUDED.host,
            replayed_at = NULL, replayed_by = NULL
 ),
 fenced AS (
@@ -286,4 +287,73 @@ RETURNING *
 TASK_ATTEMPTS = """
 SELECT event_id, number, attempted_at, duration_ms, outcome, status_code, error, response_prefix
   FROM delivery_attempts WHERE task_id = $1 ORDER BY number
+"""
+
+# ----------------------------------------------------------- dead letters
+
+# Shared filter of the dead-letter queries: $1 tenant, $2 since, $3 until,
+# $4 event type, $5 event id (each NULL = any). Only letters not yet replayed.
+_DEAD_FILTER = """
+       replayed_at IS NULL
+   AND ($1::text IS NULL OR tenant_id = $1)
+   AND ($2::timestamptz IS NULL OR failed_at >= $2)
+   AND ($3::timestamptz IS NULL OR failed_at < $3)
+   AND ($4::text IS NULL OR event_type = $4)
+   AND ($5::text IS NULL OR event_id = $5)
+"""
+
+# -- list_dead_letters --
+# Keyset on (failed_at, event_id) after the cursor ($6, $7); $8 = page size.
+LIST_DEAD_LETTERS = f"""
+SELECT event_id, tenant_id, task_id, event_type, callback_url, created_at, failed_at, attempts,
+       last_error, last_status_code, replay_count
+  FROM dead_letters
+ WHERE {_DEAD_FILTER}
+   AND ($6::timestamptz IS NULL OR (failed_at, event_id) > ($6, $7::text))
+ ORDER BY failed_at, event_id
+ LIMIT $8
+"""
+
+# -- get_dead_letter --
+GET_DEAD_LETTER = "SELECT * FROM dead_letters WHERE event_id = $1"
+
+# -- event_attempts --
+EVENT_ATTEMPTS = """
+SELECT event_id, number, attempted_at, duration_ms, outcome, status_code, error, response_prefix
+  FROM delivery_attempts WHERE event_id = $1 ORDER BY number
+"""
+
+# -- replay_dead_letters --
+# Up to $6 matching letters back into the outbox, in one statement.
+# FOR UPDATE SKIP LOCKED: two replays racing over the same letters split them
+# instead of both inserting; the outbox's unique event_id is the backstop.
+# Same event id and original body; attempts carries on (unique numbering) and
+# budget_used starts again at 0 (a fresh attempt budget). $7 = who replayed.
+REPLAY_DEAD_LETTERS = f"""
+WITH picked AS (
+    SELECT * FROM dead_letters
+     WHERE {_DEAD_FILTER}
+     ORDER BY failed_at, event_id
+     LIMIT $6
+       FOR UPDATE SKIP LOCKED
+),
+queued AS (
+    INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host, body,
+                        attempts)
+    SELECT event_id, tenant_id, task_id, event_type, callback_url, host, body, attempts
+      FROM picked
+    ON CONFLICT (event_id) DO NOTHING
+    RETURNING event_id, task_id
+),
+marked AS (
+    UPDATE dead_letters d
+       SET replayed_at = now(), replayed_by = $7, replay_count = d.replay_count + 1
+      FROM queued q WHERE d.event_id = q.event_id
+),
+summary AS (
+    UPDATE tasks t
+       SET delivery_status = 'pending', next_attempt_at = now(), updated_at = now()
+      FROM queued q WHERE t.id = q.task_id AND t.event_id = q.event_id
+)
+SELECT event_id FROM queued
 """

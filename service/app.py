@@ -12,7 +12,7 @@ from starlette.applications import Starlette
 from outbox.db import create_pool
 
 from .errors import HANDLERS
-from .routes import admin, health, tasks
+from .routes import admin, deadletters, health, tasks
 from .runtime import Runtime
 
 log = logging.getLogger("hookrelay.api")
@@ -47,7 +47,7 @@ def create_app(
                 await app.state.pool.close()
 
     app = Starlette(
-        routes=[*health.routes, *tasks.routes, *admin.routes],
+        routes=[*health.routes, *tasks.routes, *admin.routes, *deadletters.routes],
         exception_handlers=HANDLERS,
         lifespan=lifespan,
     )

@@ -19,8 +19,9 @@ from outbox.errors import OutboxError
 from outbox.sweeper import sweeping
 from outbox.tenants import create_tenant
 
-from . import logs
+from . import deadletters_cli, logs
 from .app import create_app
+from .errors import ApiError
 from .runtime import Runtime, prepare
 from .settings import Settings
 from .workers import dispatcher_background, make_dispatcher, sweeper_background
@@ -90,6 +91,17 @@ async def _dispatch(runtime: Runtime) -> None:
         await pool.close()
 
 
+async def _dead_letters(runtime: Runtime, args: argparse.Namespace) -> int:
+    pool = await create_pool(
+        runtime.dsn, min_size=1, max_size=1, wait_s=runtime.settings.db_wait_s
+    )
+    try:
+        async with pool.acquire() as conn:
+            return await deadletters_cli.run(conn, args)
+    finally:
+        await pool.close()
+
+
 async def _tenants_create(runtime: Runtime, name: str, as_json: bool) -> None:
     await _migrate(runtime)
     pool = await create_pool(
@@ -122,6 +134,7 @@ def _parser() -> argparse.ArgumentParser:
     create = tenants.add_parser("create", help="create a tenant; prints its credentials once")
     create.add_argument("name")
     create.add_argument("--json", action="store_true", help="machine-readable output")
+    deadletters_cli.add_parser(sub)
     return p
 
 
@@ -142,8 +155,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     try:
         runtime = prepare(settings)
+        if args.command == "dead-letters":
+            return asyncio.run(_dead_letters(runtime, args))
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(commands[args.command](runtime))
+    except ApiError as exc:
+        print(f"hookrelay: {exc.message}", file=sys.stderr)
+        return 2
     except OutboxError as exc:
         print(f"hookrelay: {exc}", file=sys.stderr)
         return 1

@@ -73,3 +73,46 @@ async def test_bad_setting_fails_before_starting(runtime, dsn) -> None:  # type:
     env = {**cli_env(runtime, dsn), "HOOKRELAY_MAX_ATTEMPTS": "many"}
     code, _, err = await hookrelay("serve", env=env)
     assert code == 2 and "HOOKRELAY_MAX_ATTEMPTS='many'" in err and "Traceback" not in err
+
+
+async def test_dead_letters_cli_session(pool, runtime, dsn) -> None:  # type: ignore[no-untyped-def]
+    from aiohttp import web
+
+    from outbox.dispatcher import running
+
+    from .dispatching import backlog, dispatcher, wait_drained
+    from .receiver import Receiver
+
+    async def down(request: web.Request, rx: Receiver) -> web.StreamResponse:
+        return web.Response(status=500)
+
+    rx = await Receiver(behaviour=down).start()
+    try:
+        tenant, events = await backlog(pool, runtime, rx.url, 3)
+        async with running(dispatcher(runtime, pool)):
+            await wait_drained(pool)
+    finally:
+        await rx.stop()
+    env = cli_env(runtime, dsn)
+    code, out, err = await hookrelay("dead-letters", "list", "--tenant", tenant.id, env=env)
+    assert code == 0, err
+    assert "eventId" in out and all(e in out for e in events) and "3 dead letter(s)" in out
+    code, out, _ = await hookrelay("dead-letters", "list", "--json", env=env)
+    assert {json.loads(line)["eventId"] for line in out.splitlines()} == set(events)
+    code, out, _ = await hookrelay("dead-letters", "show", events[0], env=env)
+    assert code == 0 and len(json.loads(out)["attemptHistory"]) == 3
+    code, out, _ = await hookrelay("dead-letters", "replay", "--all", "--tenant", tenant.id,
+                                   "--dry-run", env=env)
+    assert "would replay 3" in out and await pool.fetchval("SELECT count(*) FROM outbox") == 0
+    code, out, _ = await hookrelay("dead-letters", "replay", events[0], env=env)
+    assert code == 0 and f"replayed {events[0]}" in out
+    code, out, err = await hookrelay("dead-letters", "replay", "--all", "--since",
+                                     "2000-01-01T00:00:00Z", env=env)
+    assert code == 0 and "replayed 2 dead letter(s)" in out and "2/2" in err
+    assert await pool.fetchval("SELECT count(*) FROM outbox") == 3
+    code, _, err = await hookrelay("dead-letters", "replay", events[0], env=env)
+    assert code == 1 and "already replayed" in err
+    code, _, err = await hookrelay("dead-letters", "show", "evt_nope", env=env)
+    assert code == 1 and "not found" in err
+    code, _, err = await hookrelay("dead-letters", "list", "--since", "noon", env=env)
+    assert code == 2 and "ISO-8601" in err

@@ -1,0 +1,109 @@
+"""Ops routes for dead letters: list, show with history, replay one, replay in bulk."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.datastructures import QueryParams
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from outbox.deadletters import (
+    DeadLetterFilter,
+    get_dead_letter,
+    list_dead_letters,
+    replay_batch,
+    replay_one,
+    to_resource,
+)
+from outbox.errors import AlreadyReplayed, DeadLetterNotFound
+from outbox.models import iso
+from outbox.tasks import Cursor
+
+from .. import validation
+from ..auth import require_admin
+from ..bodies import read_json
+from ..errors import Conflict, NotFound, Unprocessable
+
+FILTER_FIELDS = {"tenant", "since", "until", "eventType"}
+
+
+def _filter(source: QueryParams | dict[str, Any]) -> DeadLetterFilter:
+    def text(name: str) -> str | None:
+        value = source.get(name)
+        if value is not None and not isinstance(value, str):
+            raise Unprocessable(f"{name} must be a string")
+        return value
+
+    return DeadLetterFilter(
+        tenant_id=text("tenant"),
+        since=validation.timestamp("since", text("since")),
+        until=validation.timestamp("until", text("until")),
+        event_type=text("eventType"),
+    )
+
+
+async def index(request: Request) -> Response:
+    await require_admin(request)
+    q = request.query_params
+    cursor = validation.decode_cursor(q.get("cursor"))
+    async with request.app.state.pool.acquire() as conn:
+        rows, nxt = await list_dead_letters(
+            conn, _filter(q), after=(cursor.updated_at, cursor.id) if cursor else None,
+            limit=validation.limit(q.get("limit")),
+        )
+    return JSONResponse({
+        "data": [to_resource(r) for r in rows],
+        "nextCursor": validation.encode_cursor(Cursor(*nxt) if nxt else None),
+    })
+
+
+async def show(request: Request) -> Response:
+    await require_admin(request)
+    try:
+        async with request.app.state.pool.acquire() as conn:
+            row, history = await get_dead_letter(conn, request.path_params["event_id"])
+    except DeadLetterNotFound as exc:
+        raise NotFound("dead letter not found") from exc
+    body = to_resource(row)
+    body["replayedAt"] = iso(row["replayed_at"])
+    body["replayedBy"] = row["replayed_by"]
+    body["attemptHistory"] = [a.to_resource() for a in history]
+    return JSONResponse(body)
+
+
+async def replay(request: Request) -> Response:
+    await require_admin(request)
+    await read_json(request, required=False)
+    event_id = request.path_params["event_id"]
+    try:
+        async with request.app.state.pool.acquire() as conn:
+            await replay_one(conn, event_id, by="admin")
+    except DeadLetterNotFound as exc:
+        raise NotFound("dead letter not found") from exc
+    except AlreadyReplayed as exc:
+        raise Conflict("this dead letter was already replayed", code="already_replayed") from exc
+    return JSONResponse({"replayed": 1, "eventId": event_id}, status_code=202)
+
+
+async def replay_bulk(request: Request) -> Response:
+    await require_admin(request)
+    body = await read_json(request, required=False) or {}
+    if not isinstance(body, dict) or set(body) - FILTER_FIELDS:
+        raise Unprocessable(f"body must be an object with only: {', '.join(sorted(FILTER_FIELDS))}")
+    # Filters may come in the body or the query string, as for the listing.
+    flt = _filter({**dict(request.query_params), **body})
+    total = 0
+    async with request.app.state.pool.acquire() as conn:
+        while batch := await replay_batch(conn, flt, by="admin"):
+            total += len(batch)
+    return JSONResponse({"replayed": total}, status_code=202 if total else 200)
+
+
+routes = [
+    Route("/v1/admin/dead-letters", index, methods=["GET"]),
+    Route("/v1/admin/dead-letters/replay", replay_bulk, methods=["POST"]),
+    Route("/v1/admin/dead-letters/{event_id}", show, methods=["GET"]),
+    Route("/v1/admin/dead-letters/{event_id}/replay", replay, methods=["POST"]),
+]

@@ -1,0 +1,133 @@
+"""Dead letters for ops: list and filter, show with history, replay one, replay in bulk."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiohttp import web
+
+from outbox.deadletters import DeadLetterFilter, replay_batch
+from outbox.dispatcher import running
+from outbox.tenants import create_tenant
+
+from .conftest import ADMIN, bearer
+from .dispatching import backlog, dispatcher, wait_drained
+from .receiver import Receiver
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def receiver():  # type: ignore[no-untyped-def]
+    healthy = {"ok": False}
+
+    async def endpoint(request: web.Request, rx: Receiver) -> web.StreamResponse:
+        return web.Response(status=204 if healthy["ok"] else 503)
+
+    rx = await Receiver(behaviour=endpoint).start()
+    rx.state["healthy"] = healthy
+    yield rx
+    await rx.stop()
+
+
+@pytest.fixture
+async def dead(pool, runtime, receiver):  # type: ignore[no-untyped-def]
+    """Three dead events of tenant A, two of tenant B."""
+    a, a_events = await backlog(pool, runtime, receiver.url, 3)
+    async with pool.acquire() as conn:
+        b = await create_tenant(conn, "b", runtime.secret_box)
+    _, b_events = await backlog(pool, runtime, receiver.url, 2, b)
+    async with running(dispatcher(runtime, pool)):
+        await wait_drained(pool)
+    assert await pool.fetchval("SELECT count(*) FROM dead_letters") == 5
+    return {"a": (a, a_events), "b": (b, b_events)}
+
+
+async def test_list_filter_and_paginate(client, dead) -> None:  # type: ignore[no-untyped-def]
+    a, a_events = dead["a"]
+    r = await client.get("/v1/admin/dead-letters", headers=ADMIN)
+    assert r.status_code == 200 and len(r.json()["data"]) == 5
+    r = await client.get("/v1/admin/dead-letters", params={"tenant": a.id}, headers=ADMIN)
+    assert {d["eventId"] for d in r.json()["data"]} == set(a_events)
+    seen, cursor = [], None
+    while True:
+        params = {"limit": "2", **({"cursor": cursor} if cursor else {})}
+        page = (await client.get("/v1/admin/dead-letters", params=params, headers=ADMIN)).json()
+        seen += [d["eventId"] for d in page["data"]]
+        if not (cursor := page["nextCursor"]):
+            break
+    assert len(seen) == len(set(seen)) == 5
+    first = (await client.get("/v1/admin/dead-letters", headers=ADMIN)).json()["data"][0]
+    r = await client.get("/v1/admin/dead-letters", headers=ADMIN,
+                         params={"since": "2999-01-01T00:00:00Z"})
+    assert r.json()["data"] == []
+    r = await client.get("/v1/admin/dead-letters", headers=ADMIN,
+                         params={"until": first["failedAt"], "eventType": "task.succeeded"})
+    assert r.json()["data"] == []
+    assert first["lastStatusCode"] == 503 and first["attempts"] == 3
+
+
+async def test_show_with_history(client, dead) -> None:  # type: ignore[no-untyped-def]
+    _, [event_id, *_] = dead["a"]
+    r = await client.get(f"/v1/admin/dead-letters/{event_id}", headers=ADMIN)
+    body = r.json()
+    assert r.status_code == 200 and body["eventId"] == event_id and body["replayedAt"] is None
+    assert [a["number"] for a in body["attemptHistory"]] == [1, 2, 3]
+    assert (await client.get("/v1/admin/dead-letters/evt_nope", headers=ADMIN)).status_code == 404
+
+
+async def test_replay_after_recovery_delivers_original_event_id(  # type: ignore[no-untyped-def]
+    client, dead, pool, runtime, receiver
+) -> None:
+    a, [event_id, *_] = dead["a"]
+    receiver.state["healthy"]["ok"] = True
+    before = len(receiver.received)
+    r = await client.post(f"/v1/admin/dead-letters/{event_id}/replay", headers=ADMIN)
+    assert r.status_code == 202 and r.json() == {"replayed": 1, "eventId": event_id}
+    again = await client.post(f"/v1/admin/dead-letters/{event_id}/replay", headers=ADMIN)
+    assert again.status_code == 409 and again.json()["error"]["code"] == "already_replayed"
+    async with running(dispatcher(runtime, pool)):
+        await wait_drained(pool)
+    assert receiver.event_ids()[before:] == [event_id]
+    task = await pool.fetchrow("SELECT * FROM tasks WHERE event_id = $1", event_id)
+    assert task["delivery_status"] == "delivered" and task["delivery_attempts"] == 4
+    shown = (await client.get(f"/v1/admin/dead-letters/{event_id}", headers=ADMIN)).json()
+    assert shown["replayedBy"] == "admin" and shown["replayedAt"]
+    assert [h["outcome"] for h in shown["attemptHistory"]] == ["retry", "retry", "dead",
+                                                              "delivered"]
+    listed = (await client.get("/v1/admin/dead-letters", headers=ADMIN)).json()["data"]
+    assert event_id not in {d["eventId"] for d in listed}
+
+
+async def test_concurrent_replays_create_one_outbox_row(pool, dead) -> None:  # type: ignore[no-untyped-def]
+    _, [event_id, *_] = dead["a"]
+
+    async def replay() -> list[str]:
+        async with pool.acquire() as conn:
+            return await replay_batch(conn, DeadLetterFilter(event_id=event_id), by="x")
+
+    results = await asyncio.gather(*(replay() for _ in range(10)))
+    assert sum(len(r) for r in results) == 1
+    assert await pool.fetchval("SELECT count(*) FROM outbox WHERE event_id=$1", event_id) == 1
+
+
+async def test_bulk_replay_touches_only_matching(client, dead, pool) -> None:  # type: ignore[no-untyped-def]
+    b, b_events = dead["b"]
+    r = await client.post("/v1/admin/dead-letters/replay", json={"tenant": b.id}, headers=ADMIN)
+    assert r.status_code == 202 and r.json() == {"replayed": 2}
+    queued = {r["event_id"] for r in await pool.fetch("SELECT event_id FROM outbox")}
+    assert queued == set(b_events)
+    r = await client.post("/v1/admin/dead-letters/replay", json={"tenant": b.id}, headers=ADMIN)
+    assert r.json() == {"replayed": 0}
+    r = await client.post("/v1/admin/dead-letters/replay", json={"bogus": 1}, headers=ADMIN)
+    assert r.status_code == 422
+
+
+async def test_dead_letter_routes_need_admin(client, tenant) -> None:  # type: ignore[no-untyped-def]
+    for method, path in [("GET", "/v1/admin/dead-letters"), ("GET", "/v1/admin/dead-letters/e"),
+                         ("POST", "/v1/admin/dead-letters/e/replay"),
+                         ("POST", "/v1/admin/dead-letters/replay")]:
+        assert (await client.request(method, path, headers=bearer(tenant["apiKey"]))
+                ).status_code == 403
+        assert (await client.request(method, path)).status_code == 401
