@@ -14,6 +14,7 @@ from outbox.db import create_pool
 from .errors import HANDLERS
 from .routes import admin, deadletters, health, tasks
 from .runtime import Runtime
+from .watcher import TaskWatcher
 
 log = logging.getLogger("hookrelay.api")
 
@@ -37,12 +38,15 @@ def create_app(
         app.state.pool = pool or await create_pool(
             runtime.dsn, min_size=1, max_size=settings.db_pool_size, wait_s=settings.db_wait_s
         )
+        app.state.watcher = TaskWatcher(runtime.dsn)
+        await app.state.watcher.start()
         try:
             async with contextlib.AsyncExitStack() as stack:
                 for start in background:
                     await stack.enter_async_context(start(app.state.pool))
                 yield
         finally:
+            await app.state.watcher.stop()
             if own:
                 await app.state.pool.close()
 

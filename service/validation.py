@@ -115,6 +115,22 @@ def timestamp(name: str, raw: str | None) -> datetime | None:
     return value
 
 
+MAX_WAIT_S = 30.0
+
+
+def wait_seconds(raw: str | None) -> float:
+    """``?wait=N`` for long polling: 0 < N <= 30 seconds."""
+    if raw is None:
+        return 0.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= MAX_WAIT_S:
+        raise BadRequest(f"wait must be a number of seconds in [0, {MAX_WAIT_S:g}]")
+    return value
+
+
 def limit(raw: str | None, *, default: int = 100, maximum: int = 1000) -> int:
     if raw is None:
         return default

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 
 import asyncpg
@@ -68,10 +70,27 @@ async def _visible_task(request: Request) -> Task:
     return task
 
 
+def _matches(task: Task, if_none_match: str | None) -> bool:
+    if not if_none_match:
+        return False
+    return task.etag in {t.strip() for t in if_none_match.split(",")}
+
+
 async def show(request: Request) -> Response:
-    task = await _visible_task(request)
+    wait = validation.wait_seconds(request.query_params.get("wait"))
     if_none_match = request.headers.get("if-none-match")
-    if if_none_match and task.etag in {t.strip() for t in if_none_match.split(",")}:
+    if wait:
+        # Subscribe before the first read, so a change between the read and
+        # the wait cannot be missed. No connection is held while waiting.
+        with request.app.state.watcher.watch(request.path_params["task_id"]) as changed:
+            task = await _visible_task(request)
+            if not task.terminal and (if_none_match is None or _matches(task, if_none_match)):
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), wait)
+                task = await _visible_task(request)
+    else:
+        task = await _visible_task(request)
+    if _matches(task, if_none_match):
         headers = {"ETag": task.etag}
         if not task.terminal:
             headers["Retry-After"] = RETRY_AFTER_S

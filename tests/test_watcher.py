@@ -1,0 +1,97 @@
+"""Long polling: ``GET /v1/tasks/{id}?wait=N`` wakes on change, holds no pooled connection."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from outbox.db import create_pool
+from service.app import create_app
+
+from .conftest import ADMIN, bearer
+
+pytestmark = pytest.mark.anyio
+HOOK = "http://127.0.0.1:9/hook"
+
+
+async def new_task(client: httpx.AsyncClient, key: str) -> str:
+    r = await client.post("/v1/tasks", json={"type": "t", "callbackUrl": HOOK}, headers=bearer(key))
+    return str(r.json()["id"])
+
+
+async def test_wait_returns_soon_after_completion(client, tenant) -> None:  # type: ignore[no-untyped-def]
+    tid = await new_task(client, tenant["apiKey"])
+    started = time.monotonic()
+    poll = asyncio.create_task(
+        client.get(f"/v1/tasks/{tid}", params={"wait": "10"}, headers=bearer(tenant["apiKey"]))
+    )
+    await asyncio.sleep(0.3)
+    assert not poll.done()
+    completed_at = time.monotonic()
+    await client.post(f"/v1/tasks/{tid}/complete", json={"status": "succeeded"}, headers=ADMIN)
+    r = await asyncio.wait_for(poll, 5)
+    woke = time.monotonic()
+    assert r.status_code == 200 and r.json()["status"] == "succeeded"
+    assert woke - completed_at < 0.5 and woke - started < 5
+
+
+async def test_wait_times_out_with_current_task(client, tenant) -> None:  # type: ignore[no-untyped-def]
+    tid = await new_task(client, tenant["apiKey"])
+    started = time.monotonic()
+    r = await client.get(f"/v1/tasks/{tid}", params={"wait": "0.5"},
+                         headers=bearer(tenant["apiKey"]))
+    assert 0.4 < time.monotonic() - started < 3
+    assert r.status_code == 200 and r.json()["status"] == "queued"
+
+
+async def test_wait_with_stale_etag_returns_at_once(client, tenant) -> None:  # type: ignore[no-untyped-def]
+    key = bearer(tenant["apiKey"])
+    tid = await new_task(client, tenant["apiKey"])
+    etag = (await client.get(f"/v1/tasks/{tid}", headers=key)).headers["etag"]
+    await client.post(f"/v1/tasks/{tid}/start", headers=ADMIN)
+    started = time.monotonic()
+    r = await client.get(f"/v1/tasks/{tid}", params={"wait": "10"},
+                         headers={**key, "If-None-Match": etag})
+    assert r.status_code == 200 and r.json()["status"] == "running"
+    assert time.monotonic() - started < 1
+
+
+@pytest.mark.parametrize("wait", ["-1", "31", "soon"])
+async def test_bad_wait_is_400(client, tenant, wait) -> None:  # type: ignore[no-untyped-def]
+    tid = await new_task(client, tenant["apiKey"])
+    r = await client.get(f"/v1/tasks/{tid}", params={"wait": wait},
+                         headers=bearer(tenant["apiKey"]))
+    assert r.status_code == 400
+
+
+async def test_many_waiters_share_one_listener(runtime, dsn) -> None:  # type: ignore[no-untyped-def]
+    # A pool of 4 connections serves 250 concurrent long polls.
+    pool = await create_pool(dsn, min_size=1, max_size=4)
+    app = create_app(runtime, pool=pool)
+    try:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+                t = (await client.post("/v1/admin/tenants", json={"name": "w"},
+                                       headers=ADMIN)).json()
+                tid = await new_task(client, t["apiKey"])
+                polls = [asyncio.create_task(client.get(
+                    f"/v1/tasks/{tid}", params={"wait": "20"}, headers=bearer(t["apiKey"])))
+                    for _ in range(250)]
+                await asyncio.sleep(1.0)
+                assert not any(p.done() for p in polls)
+                # While they all wait, the pool is still free for other work.
+                r = await client.get("/readyz")
+                assert r.status_code == 200
+                completed = time.monotonic()
+                await client.post(f"/v1/tasks/{tid}/complete", json={"status": "failed"},
+                                  headers=ADMIN)
+                results = await asyncio.wait_for(asyncio.gather(*polls), 15)
+                elapsed = time.monotonic() - completed
+        assert all(r.status_code == 200 and r.json()["status"] == "failed" for r in results)
+        assert elapsed < 10
+    finally:
+        await pool.close()
