@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 
 import asyncpg
 
+from . import queries
 from .crypto import SecretBox
 from .signing import Signer
-from .tenants import active_secrets
 
-# Short enough that a rotation (or the end of its overlap) takes effect within
-# seconds, long enough that a busy tenant's key is decrypted once, not per event.
+# Short enough that a rotation takes effect within seconds, long enough that a
+# busy tenant's key is decrypted once, not per event. An entry never outlives
+# the earliest expiry of the secrets in it, so the overlap ends on time.
 CACHE_TTL_S = 2.0
 
 
@@ -25,16 +27,26 @@ class Keyring:
         """A signer for each tenant, loading the ones not cached (one query)."""
         now = time.monotonic()
         out: dict[str, Signer] = {}
-        missing: list[str] = []
+        missing = []
         for tid in tenant_ids:
             hit = self._cache.get(tid)
             if hit is not None and hit[0] > now:
                 out[tid] = hit[1]
             else:
                 missing.append(tid)
-        if missing:
-            for tid, secrets in (await active_secrets(conn, missing, self._box)).items():
-                signer = Signer(secrets)
-                self._cache[tid] = (now + self._ttl, signer)
-                out[tid] = signer
+        if not missing:
+            return out
+        secrets: dict[str, list[str]] = {t: [] for t in missing}
+        expiry = {t: now + self._ttl for t in missing}
+        wall = datetime.now(UTC)
+        for row in await conn.fetch(queries.ACTIVE_SECRETS, missing):
+            tid = row["tenant_id"]
+            secrets[tid].append(self._box.decrypt(row["secret_enc"], aad=tid.encode()))
+            if row["expires_at"] is not None:
+                left = (row["expires_at"] - wall).total_seconds()
+                expiry[tid] = min(expiry[tid], now + left)
+        for tid in missing:
+            signer = Signer(secrets[tid])
+            self._cache[tid] = (expiry[tid], signer)
+            out[tid] = signer
         return out

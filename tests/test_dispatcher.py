@@ -16,6 +16,8 @@ from aiohttp import web
 
 from outbox import queries
 from outbox.dispatcher import running
+from outbox.signing import SignatureError, verify
+from outbox.tenants import rotate_secret
 
 from .dispatching import backlog, dispatcher, wait_drained
 from .receiver import Receiver
@@ -255,3 +257,24 @@ async def test_shutdown_releases_nothing_leased(pool, runtime, receiver) -> None
     assert leased == 0
     delivered = await pool.fetchval("SELECT count(*) FROM delivery_attempts")
     assert delivered == d.counters["delivered"] > 0
+
+
+async def test_rotation_signs_with_both_then_only_new(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+    rt = replace(runtime, settings=replace(runtime.settings, secret_overlap_s=1.5))
+    tenant, _ = await backlog(pool, rt, receiver.url, 0)
+    async with pool.acquire() as conn:
+        new = await rotate_secret(conn, tenant.id, rt.secret_box, 1.5)
+    async with running(dispatcher(rt, pool)):
+        await backlog(pool, rt, receiver.url, 1, tenant)
+        await receiver.wait_for(1)
+        await asyncio.sleep(1.8)  # the overlap ends
+        await backlog(pool, rt, receiver.url, 1, tenant)
+        await receiver.wait_for(2)
+    during, after = receiver.received
+    assert len(during.headers["webhook-signature"].split(" ")) == 2
+    verify([tenant.signing_secret], during.headers, during.body)
+    verify([new], during.headers, during.body)
+    assert len(after.headers["webhook-signature"].split(" ")) == 1
+    verify([new], after.headers, after.body)
+    with pytest.raises(SignatureError):
+        verify([tenant.signing_secret], after.headers, after.body)
