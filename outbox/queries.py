@@ -235,8 +235,23 @@ summary AS (
 SELECT f.id FROM fenced f
 """
 
-# -- outbox_depth --
-OUTBOX_DEPTH = "SELECT count(*) FROM outbox"
+# -- outbox_stats --
+# Depth, and how overdue the oldest due row is (0 when nothing is due).
+OUTBOX_STATS = """
+SELECT count(*) AS depth,
+       COALESCE(EXTRACT(EPOCH FROM now() - min(GREATEST(next_attempt_at, leased_until))
+                FILTER (WHERE GREATEST(next_attempt_at, leased_until) <= now())), 0)::float8
+           AS oldest_due_s
+  FROM outbox
+"""
+
+# -- dead_letters_by_tenant --
+DEAD_LETTERS_BY_TENANT = """
+SELECT tenant_id, count(*) AS n FROM dead_letters WHERE replayed_at IS NULL GROUP BY tenant_id
+"""
+
+# -- tasks_by_status --
+TASKS_BY_STATUS = "SELECT status, count(*) AS n FROM tasks GROUP BY status"
 
 # ---------------------------------------------------------------- sweeper
 

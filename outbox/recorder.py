@@ -11,6 +11,7 @@ import asyncpg
 from . import queries
 from .db import TRANSIENT_ERRORS
 from .delivery import AttemptResult
+from .metrics import ATTEMPT_SECONDS, DELIVERIES
 
 log = logging.getLogger("hookrelay.dispatcher")
 
@@ -85,7 +86,10 @@ class Recorder:
             return True
         kept = {row["id"] for row in written}
         for r in batch:
-            self._counters[r.outcome if r.event.id in kept else "stale"] += 1
+            outcome = r.outcome if r.event.id in kept else "stale"
+            self._counters[outcome] += 1
+            DELIVERIES.labels(outcome).inc()
+            ATTEMPT_SECONDS.observe(r.duration_ms / 1000)
         return True
 
 

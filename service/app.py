@@ -12,7 +12,7 @@ from starlette.applications import Starlette
 from outbox.db import create_pool
 
 from .errors import HANDLERS
-from .routes import admin, deadletters, health, tasks
+from .routes import admin, deadletters, health, metrics, tasks
 from .runtime import Runtime
 from .watcher import TaskWatcher
 
@@ -51,7 +51,9 @@ def create_app(
                 await app.state.pool.close()
 
     app = Starlette(
-        routes=[*health.routes, *tasks.routes, *admin.routes, *deadletters.routes],
+        routes=[
+            *health.routes, *metrics.routes, *tasks.routes, *admin.routes, *deadletters.routes
+        ],
         exception_handlers=HANDLERS,
         lifespan=lifespan,
     )

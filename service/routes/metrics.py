@@ -1,0 +1,36 @@
+"""``/metrics``: process counters plus database gauges read at scrape time."""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY, CollectorRegistry, Gauge, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from outbox import queries
+
+
+async def metrics(request: Request) -> Response:
+    # Database gauges live in a registry built per scrape, so series of a
+    # tenant or status that no longer exist disappear instead of going stale.
+    scrape = CollectorRegistry()
+    depth = Gauge("hookrelay_outbox_depth", "Events waiting in the outbox", registry=scrape)
+    oldest = Gauge("hookrelay_outbox_oldest_due_seconds",
+                   "How long the oldest due event has been waiting", registry=scrape)
+    dead = Gauge("hookrelay_dead_letters", "Dead letters not yet replayed", ["tenant"],
+                 registry=scrape)
+    tasks = Gauge("hookrelay_tasks", "Tasks by status", ["status"], registry=scrape)
+    async with request.app.state.pool.acquire() as conn:
+        stats = await conn.fetchrow(queries.OUTBOX_STATS)
+        depth.set(stats["depth"])
+        oldest.set(stats["oldest_due_s"])
+        for row in await conn.fetch(queries.DEAD_LETTERS_BY_TENANT):
+            dead.labels(row["tenant_id"]).set(row["n"])
+        for row in await conn.fetch(queries.TASKS_BY_STATUS):
+            tasks.labels(row["status"]).set(row["n"])
+    body = generate_latest(REGISTRY) + generate_latest(scrape)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+
+routes = [Route("/metrics", metrics, methods=["GET"])]

@@ -1,0 +1,47 @@
+"""/metrics: delivery counters and database gauges in the Prometheus text format."""
+
+from __future__ import annotations
+
+import pytest
+from aiohttp import web
+
+from outbox.dispatcher import running
+
+from .dispatching import backlog, dispatcher, wait_drained
+from .receiver import Receiver
+
+pytestmark = pytest.mark.anyio
+
+
+def value(text: str, series: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{series} not in metrics")
+
+
+async def test_metrics_after_deliveries_and_dead_letters(client, pool, runtime) -> None:  # type: ignore[no-untyped-def]
+    async def gone(request: web.Request, rx: Receiver) -> web.StreamResponse:
+        return web.Response(status=410 if b'"i":0' in await request.read() else 204)
+
+    rx = await Receiver(behaviour=gone).start()
+    try:
+        before = (await client.get("/metrics")).text
+        delivered_before = value(before, 'hookrelay_deliveries_total{outcome="delivered"}') \
+            if 'outcome="delivered"' in before else 0
+        tenant, _ = await backlog(pool, runtime, rx.url, 3)
+        queued = (await client.get("/metrics")).text
+        assert value(queued, "hookrelay_outbox_depth") == 3
+        assert value(queued, 'hookrelay_tasks{status="succeeded"}') == 3
+        async with running(dispatcher(runtime, pool)):
+            await wait_drained(pool)
+    finally:
+        await rx.stop()
+    r = await client.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    text = r.text
+    assert value(text, "hookrelay_outbox_depth") == 0
+    assert value(text, "hookrelay_outbox_oldest_due_seconds") == 0
+    assert value(text, f'hookrelay_dead_letters{{tenant="{tenant.id}"}}') == 1
+    assert value(text, 'hookrelay_deliveries_total{outcome="delivered"}') == delivered_before + 2
+    assert value(text, "hookrelay_attempt_duration_seconds_count") >= 3
