@@ -372,3 +372,32 @@ summary AS (
 )
 SELECT event_id FROM queued
 """
+
+# -------------------------------------------------------------- retention
+
+# -- purge_attempts --
+# Small batches ($2 rows) so no delete holds locks or bloats WAL for long.
+# Only the log of events that are finished: nothing still in the outbox, and
+# nothing an operator may still want to replay.
+PURGE_ATTEMPTS = """
+DELETE FROM delivery_attempts
+ WHERE id IN (
+    SELECT a.id FROM delivery_attempts a
+     WHERE a.attempted_at < $1
+       AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = a.event_id)
+       AND NOT EXISTS (SELECT 1 FROM dead_letters d
+                        WHERE d.event_id = a.event_id AND d.replayed_at IS NULL)
+     LIMIT $2)
+"""
+
+# -- purge_tasks --
+# Finished tasks whose event is no longer waiting; idempotency keys go with
+# them (ON DELETE CASCADE).
+PURGE_TASKS = """
+DELETE FROM tasks
+ WHERE id IN (
+    SELECT id FROM tasks
+     WHERE status IN ('succeeded', 'failed', 'cancelled', 'timed_out')
+       AND completed_at < $1 AND delivery_status <> 'pending'
+     LIMIT $2)
+"""

@@ -1,16 +1,20 @@
-"""The timeout sweeper: live tasks past ``timeout_at`` become ``timed_out``, with their event."""
+"""The sweeper: live tasks past ``timeout_at`` become ``timed_out`` (with their event), and
+rows past retention are purged."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import asyncpg
 
 from . import queries
 from .db import TRANSIENT_ERRORS
+from .retention import purge
 from .transitions import timeout_task
 
 log = logging.getLogger("hookrelay.sweeper")
@@ -27,10 +31,27 @@ async def sweep_once(pool: asyncpg.Pool, batch: int = BATCH) -> int:
     return len(ids)
 
 
-async def run(pool: asyncpg.Pool, interval_s: float, stop: asyncio.Event) -> None:
-    """Sweep every ``interval_s`` (at once again while batches come back full)."""
+@dataclass(frozen=True)
+class Retention:
+    attempts_s: float = 30 * 86400
+    tasks_s: float = 90 * 86400
+    every_s: float = 60.0
+
+
+async def run(
+    pool: asyncpg.Pool, interval_s: float, stop: asyncio.Event, retention: Retention | None = None
+) -> None:
+    """Sweep every ``interval_s`` (at once again while batches come back full),
+    and purge past retention every ``retention.every_s``."""
+    next_purge = 0.0
     while not stop.is_set():
         try:
+            if retention is not None and time.monotonic() >= next_purge:
+                next_purge = time.monotonic() + retention.every_s
+                purged = await purge(pool, attempts_older_than_s=retention.attempts_s,
+                                     tasks_older_than_s=retention.tasks_s)
+                if any(purged):
+                    log.info("purged %d attempt rows and %d tasks past retention", *purged)
             n = await sweep_once(pool)
             if n:
                 log.info("timed out %d tasks", n)
@@ -43,10 +64,12 @@ async def run(pool: asyncpg.Pool, interval_s: float, stop: asyncio.Event) -> Non
 
 
 @contextlib.asynccontextmanager
-async def sweeping(pool: asyncpg.Pool, interval_s: float) -> AsyncIterator[None]:
+async def sweeping(
+    pool: asyncpg.Pool, interval_s: float, retention: Retention | None = None
+) -> AsyncIterator[None]:
     """Run the sweeper in the background for the duration of the block."""
     stop = asyncio.Event()
-    task = asyncio.create_task(run(pool, interval_s, stop), name="hookrelay-sweeper")
+    task = asyncio.create_task(run(pool, interval_s, stop, retention), name="hookrelay-sweeper")
     try:
         yield
     finally:

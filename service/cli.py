@@ -84,7 +84,9 @@ async def _dispatch(runtime: Runtime) -> None:
         loop.add_signal_handler(sig, dispatcher.stop)
     log.info("dispatcher %s started", dispatcher.config.owner)
     try:
-        async with sweeping(pool, runtime.settings.sweep_interval_s):
+        async with sweeping(
+            pool, runtime.settings.sweep_interval_s, runtime.settings.retention()
+        ):
             await dispatcher.run()
     finally:
         await dispatcher.client.aclose()

@@ -13,6 +13,7 @@ from outbox.crypto import parse_master_key
 from outbox.errors import ConfigurationError
 from outbox.retry import RetryPolicy
 from outbox.ssrf import AddressPolicy
+from outbox.sweeper import Retention
 
 T = TypeVar("T")
 SECRET_FIELDS = frozenset({"admin_token", "master_key"})
@@ -69,6 +70,8 @@ class Settings:
     max_response_bytes: int = 65_536
     db_pool_size: int = 10
     db_wait_s: float = 30.0
+    attempt_retention_s: float = 30 * 86400.0
+    task_retention_s: float = 90 * 86400.0
     host: str = "127.0.0.1"
     port: int = 8000
     log_level: str = "INFO"
@@ -103,6 +106,8 @@ class Settings:
             "max_response_bytes": ("HOOKRELAY_MAX_RESPONSE_BYTES", _positive(int)),
             "db_pool_size": ("HOOKRELAY_DB_POOL_SIZE", _positive(int)),
             "db_wait_s": ("HOOKRELAY_DB_WAIT_S", _positive(float)),
+            "attempt_retention_s": ("HOOKRELAY_ATTEMPT_RETENTION_S", _positive(float)),
+            "task_retention_s": ("HOOKRELAY_TASK_RETENTION_S", _positive(float)),
             "host": ("HOOKRELAY_HOST", str),
             "port": ("HOOKRELAY_PORT", _positive(int)),
             "log_level": ("HOOKRELAY_LOG_LEVEL", str.upper),
@@ -148,6 +153,9 @@ class Settings:
         if self.log_level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
             problems.append(f"HOOKRELAY_LOG_LEVEL={self.log_level!r}: expected DEBUG..ERROR")
         return problems
+
+    def retention(self) -> Retention:
+        return Retention(attempts_s=self.attempt_retention_s, tasks_s=self.task_retention_s)
 
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy(self.retry_base_s, self.retry_cap_s, self.max_attempts)

@@ -60,6 +60,6 @@ def sweeper_background(runtime: Runtime):  # type: ignore[no-untyped-def]
     """The timeout sweeper as a ``Background``."""
 
     def run(pool: asyncpg.Pool) -> contextlib.AbstractAsyncContextManager[None]:
-        return sweeping(pool, runtime.settings.sweep_interval_s)
+        return sweeping(pool, runtime.settings.sweep_interval_s, runtime.settings.retention())
 
     return run

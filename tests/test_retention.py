@@ -1,0 +1,42 @@
+"""Retention: only finished, old rows are purged; live work and replayable history stay."""
+
+from __future__ import annotations
+
+import pytest
+
+from outbox import retention
+from outbox.retention import purge
+
+from .dispatching import backlog
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_purges_only_old_finished_rows(pool, runtime, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(retention, "BATCH", 2)  # several small batches
+    _, events = await backlog(pool, runtime, "http://127.0.0.1:9/h", 6)
+    # Events 0-3 delivered long ago, 4 dead (unreplayed), 5 still in the outbox.
+    async with pool.acquire() as conn:
+        await conn.execute("""
+            INSERT INTO delivery_attempts (event_id, task_id, tenant_id, number, attempted_at,
+                                           duration_ms, outcome)
+            SELECT event_id, task_id, tenant_id, 1, now() - interval '40 days', 1, 'delivered'
+              FROM outbox""")
+        await conn.execute("""
+            INSERT INTO dead_letters (event_id, tenant_id, task_id, event_type, callback_url,
+                                      host, body, created_at, attempts)
+            SELECT event_id, tenant_id, task_id, event_type, callback_url, host, body,
+                   created_at, 1 FROM outbox WHERE event_id = $1""", events[4])
+        await conn.execute("DELETE FROM outbox WHERE event_id <> $1", events[5])
+        await conn.execute("""UPDATE tasks SET delivery_status = 'delivered',
+                              completed_at = now() - interval '100 days' WHERE event_id <> $1""",
+                           events[5])
+        await conn.execute("UPDATE tasks SET delivery_status = 'dead' WHERE event_id = $1",
+                           events[4])
+    attempts, tasks = await purge(pool, attempts_older_than_s=30 * 86400,
+                                  tasks_older_than_s=90 * 86400)
+    assert attempts == 4 and tasks == 5
+    left = {r["event_id"] for r in await pool.fetch("SELECT event_id FROM delivery_attempts")}
+    assert left == {events[4], events[5]}
+    assert [r["event_id"] for r in await pool.fetch("SELECT event_id FROM tasks")] == [events[5]]
+    assert await purge(pool, attempts_older_than_s=1, tasks_older_than_s=1) == (0, 0)
