@@ -28,6 +28,8 @@ from service.app import create_app
 from service.runtime import Runtime
 from service.settings import Settings
 
+from .receiver import Receiver
+
 ROOT = Path(__file__).resolve().parent.parent
 ADMIN_TOKEN = "test-admin-" + secrets.token_hex(8)
 
@@ -141,6 +143,14 @@ async def client(runtime: Runtime, pool: asyncpg.Pool) -> AsyncIterator[httpx.As
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://hookrelay.test") as c:
             yield c
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    """A real webhook receiver on 127.0.0.1 answering 204 (set ``behaviour`` to change)."""
+    rx = await Receiver().start()
+    yield rx
+    await rx.stop()
 
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}

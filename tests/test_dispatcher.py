@@ -25,13 +25,6 @@ from .receiver import Receiver
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-async def receiver():  # type: ignore[no-untyped-def]
-    rx = await Receiver().start()
-    yield rx
-    await rx.stop()
-
-
 def expected_signature(secret: str, headers: dict[str, str], body: bytes) -> str:
     key = base64.b64decode(secret.removeprefix("whsec_"))
     signed = f"{headers['webhook-id']}.{headers['webhook-timestamp']}.".encode() + body

@@ -14,13 +14,6 @@ from .receiver import Receiver
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-async def receiver():  # type: ignore[no-untyped-def]
-    rx = await Receiver().start()
-    yield rx
-    await rx.stop()
-
-
 async def finished_task(client, tenant, url: str) -> str:  # type: ignore[no-untyped-def]
     r = await client.post("/v1/tasks", json={"type": "t", "callbackUrl": url},
                           headers=bearer(tenant["apiKey"]))
