@@ -142,3 +142,19 @@ CREATE INDEX IF NOT EXISTS dead_letters_live ON dead_letters (failed_at, event_i
     WHERE replayed_at IS NULL;
 CREATE INDEX IF NOT EXISTS dead_letters_tenant ON dead_letters (tenant_id, failed_at)
     WHERE replayed_at IS NULL;
+
+-- Destination health (per-host circuit breaker), shared by every dispatcher.
+-- Open: the host's due deliveries are held (not claimed, so no attempt budget
+-- is spent) until probe_at; then one dispatcher takes the probe right
+-- (half-open) and sends a single delivery. A success closes the circuit.
+CREATE TABLE IF NOT EXISTS destinations (
+    host                  text PRIMARY KEY,
+    state                 text NOT NULL DEFAULT 'closed'
+        CHECK (state IN ('closed', 'open', 'half-open')),
+    consecutive_failures  integer NOT NULL DEFAULT 0,
+    last_error            text,
+    last_failure_at       timestamptz,
+    opened_at             timestamptz,
+    probe_at              timestamptz,
+    updated_at            timestamptz NOT NULL DEFAULT now()
+);

@@ -43,6 +43,10 @@ class DispatcherConfig:
     concurrency: int = 200
     per_host_concurrency: int = 20
     poll_interval_s: float = 0.5
+    # Consecutive failures to one host that open its circuit, and how often an
+    # open circuit lets one probe through.
+    breaker_threshold: int = 10
+    breaker_probe_s: float = 30.0
     owner: str = field(default_factory=ids.lease_owner)
 
 
@@ -60,7 +64,10 @@ class Dispatcher:
         self.pool, self.dsn, self.client, self.config = pool, dsn, client, config
         self.keyring = Keyring(secret_box)
         self.counters: Counter[str] = Counter()
-        self.recorder = Recorder(pool, self.counters, batch_size=config.batch_size)
+        self.recorder = Recorder(
+            pool, self.counters, batch_size=config.batch_size,
+            breaker_threshold=config.breaker_threshold, breaker_probe_s=config.breaker_probe_s,
+        )
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._in_flight: dict[int, tuple[ClaimedEvent, asyncio.Task[None]]] = {}
@@ -133,11 +140,13 @@ class Dispatcher:
         want = min(self._free_slots(), self.config.batch_size)
         saturated = [h for h, n in self._per_host.items() if n >= self.config.per_host_concurrency]
         token = uuid.uuid4()
+        lease = (self.config.lease_s, self.config.owner, token)
         async with self.pool.acquire() as conn:
-            rows = await conn.fetch(
-                queries.CLAIM_BATCH, want, self.config.lease_s, self.config.owner, token,
-                saturated,
-            )
+            rows = list(await conn.fetch(queries.CLAIM_BATCH, want, *lease, saturated))
+            # One probe for each host whose open circuit is due one.
+            for probe in await conn.fetch(queries.TAKE_PROBES, self.config.breaker_probe_s):
+                rows += await conn.fetch(queries.CLAIM_PROBE, 1, *lease, probe["host"])
+                self.counters["probes"] += 1
             if not rows:
                 return 0, want
             signers = await self.keyring.signers(conn, {r["tenant_id"] for r in rows})

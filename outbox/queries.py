@@ -128,13 +128,15 @@ INSERT INTO idempotency_keys (tenant_id, key, request_hash, task_id) VALUES ($1,
 # once instead of queueing on each other's row locks; the lease, not the row
 # lock, is what holds the claim after this short transaction commits, so no
 # transaction stays open across the HTTP calls. Hosts already at their
-# concurrency cap ($5) are skipped, so their rows stay free for later.
+# concurrency cap ($5) are skipped, so their rows stay free for later, and so
+# are hosts whose circuit is not closed: their rows are held, budget unspent.
 CLAIM_BATCH = """
 WITH due AS (
     SELECT id
       FROM outbox
      WHERE GREATEST(next_attempt_at, leased_until) <= now()
        AND host <> ALL($5::text[])
+       AND host NOT IN (SELECT host FROM destinations WHERE state <> 'closed')
      ORDER BY GREATEST(next_attempt_at, leased_until)
      LIMIT $1
        FOR UPDATE SKIP LOCKED
@@ -147,6 +149,45 @@ UPDATE outbox o
  WHERE o.id = due.id
 RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url, o.host,
           o.body, o.attempts, o.budget_used
+"""
+
+# -- take_probes --
+# Hosts whose open circuit is due a probe. The row lock of this UPDATE gives
+# the probe right to exactly one dispatcher, and pushing probe_at forward keeps
+# the others (and this one's next round) from probing again before the outcome.
+TAKE_PROBES = """
+UPDATE destinations
+   SET state = 'half-open', probe_at = now() + make_interval(secs => $1), updated_at = now()
+ WHERE state <> 'closed' AND probe_at <= now()
+RETURNING host
+"""
+
+# -- claim_probe --
+# One due row of a half-open host, leased like any claim.
+CLAIM_PROBE = """
+WITH due AS (
+    SELECT id FROM outbox
+     WHERE host = $5 AND GREATEST(next_attempt_at, leased_until) <= now()
+     ORDER BY GREATEST(next_attempt_at, leased_until)
+     LIMIT $1
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE outbox o
+   SET leased_until = now() + make_interval(secs => $2), lease_token = $4, lease_owner = $3
+  FROM due
+ WHERE o.id = due.id
+RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url, o.host,
+          o.body, o.attempts, o.budget_used
+"""
+
+# -- list_destinations --
+LIST_DESTINATIONS = """
+SELECT d.host, d.state, d.consecutive_failures, d.last_error, d.last_failure_at, d.opened_at,
+       d.probe_at,
+       (SELECT count(*) FROM outbox o WHERE o.host = d.host) AS held
+  FROM destinations d
+ ORDER BY d.state <> 'closed' DESC, d.consecutive_failures DESC, d.host
+ LIMIT $1
 """
 
 # -- release_leases --
@@ -175,7 +216,7 @@ WITH input AS (
 delivered AS (
     DELETE FROM outbox o USING input i
      WHERE o.id = i.id AND o.lease_token = i.token AND i.outcome = 'delivered'
-    RETURNING o.id, o.event_id, o.task_id, o.tenant_id, o.attempts + 1 AS number
+    RETURNING o.id, o.event_id, o.task_id, o.tenant_id, o.host, o.attempts + 1 AS number
 ),
 retried AS (
     UPDATE outbox o
@@ -186,7 +227,7 @@ retried AS (
            last_error = i.error, last_status_code = i.status_code
       FROM input i
      WHERE o.id = i.id AND o.lease_token = i.token AND i.outcome = 'retry'
-    RETURNING o.id, o.event_id, o.task_id, o.tenant_id, o.attempts AS number
+    RETURNING o.id, o.event_id, o.task_id, o.tenant_id, o.host, o.attempts AS number
 ),
 dead AS (
     DELETE FROM outbox o USING input i
@@ -206,9 +247,46 @@ buried AS (
            replayed_at = NULL, replayed_by = NULL
 ),
 fenced AS (
-    SELECT id, event_id, task_id, tenant_id, number FROM delivered
-    UNION ALL SELECT id, event_id, task_id, tenant_id, number FROM retried
-    UNION ALL SELECT id, event_id, task_id, tenant_id, attempts + 1 FROM dead
+    SELECT id, event_id, task_id, tenant_id, host, number FROM delivered
+    UNION ALL SELECT id, event_id, task_id, tenant_id, host, number FROM retried
+    UNION ALL SELECT id, event_id, task_id, tenant_id, host, attempts + 1 FROM dead
+),
+-- Destination health: any answer in the batch (2xx, or 410) closes the host's
+-- circuit; a batch of only failures adds to the run and opens the circuit at
+-- $10 in a row (next probe after $11 s). Healthy hosts that stay healthy are
+-- never written. Inserted consecutive_failures = 0 means "the host answered".
+per_host AS (
+    SELECT f.host,
+           CASE WHEN bool_or(i.outcome = 'delivered' OR i.status_code = 410) THEN 0
+                ELSE count(*) END AS failures,
+           (array_agg(i.error ORDER BY i.attempted_at DESC))[1] AS last_error
+      FROM fenced f JOIN input i ON i.id = f.id
+     GROUP BY f.host
+),
+health AS (
+    INSERT INTO destinations AS d (host, state, consecutive_failures, last_error,
+                                   last_failure_at, opened_at, probe_at)
+    SELECT host, CASE WHEN failures >= $10 THEN 'open' ELSE 'closed' END, failures, last_error,
+           now(), CASE WHEN failures >= $10 THEN now() END,
+           CASE WHEN failures >= $10 THEN now() + make_interval(secs => $11) END
+      FROM per_host p
+     WHERE p.failures > 0 OR EXISTS (SELECT 1 FROM destinations x WHERE x.host = p.host)
+    ON CONFLICT (host) DO UPDATE
+       SET consecutive_failures = CASE WHEN EXCLUDED.consecutive_failures = 0 THEN 0
+                                  ELSE d.consecutive_failures + EXCLUDED.consecutive_failures END,
+           state = CASE WHEN EXCLUDED.consecutive_failures = 0 THEN 'closed'
+                        WHEN d.state = 'half-open' OR d.consecutive_failures
+                             + EXCLUDED.consecutive_failures >= $10 THEN 'open'
+                        ELSE d.state END,
+           opened_at = CASE WHEN EXCLUDED.consecutive_failures = 0 THEN NULL
+                            WHEN d.state = 'closed' THEN now()
+                            ELSE d.opened_at END,
+           probe_at = CASE WHEN EXCLUDED.consecutive_failures = 0 THEN NULL
+                           ELSE now() + make_interval(secs => $11) END,
+           last_error = COALESCE(EXCLUDED.last_error, d.last_error),
+           last_failure_at = CASE WHEN EXCLUDED.consecutive_failures = 0 THEN d.last_failure_at
+                                  ELSE now() END,
+           updated_at = now()
 ),
 logged AS (
     INSERT INTO delivery_attempts (event_id, task_id, tenant_id, number, attempted_at,

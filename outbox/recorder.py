@@ -22,8 +22,12 @@ RETRY_PAUSE_S = 0.5
 
 
 class Recorder:
-    def __init__(self, pool: asyncpg.Pool, counters: Counter[str], *, batch_size: int) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, counters: Counter[str], *, batch_size: int,
+        breaker_threshold: int, breaker_probe_s: float,
+    ) -> None:
         self._pool = pool
+        self._breaker = (breaker_threshold, float(breaker_probe_s))
         self._counters = counters
         self._batch_size = batch_size
         self._pending: list[AttemptResult] = []
@@ -68,7 +72,7 @@ class Recorder:
                 col.append(value)
         try:
             async with self._pool.acquire() as conn:
-                written = await conn.fetch(queries.RECORD_OUTCOMES, *cols)
+                written = await conn.fetch(queries.RECORD_OUTCOMES, *cols, *self._breaker)
         except TRANSIENT_ERRORS as exc:
             log.warning("recording %d outcomes failed, will retry: %s", len(batch), exc)
             return False

@@ -12,7 +12,7 @@ from starlette.applications import Starlette
 from outbox.db import create_pool
 
 from .errors import HANDLERS
-from .routes import admin, deadletters, health, metrics, tasks
+from .routes import admin, deadletters, destinations, health, metrics, tasks
 from .runtime import Runtime
 from .watcher import TaskWatcher
 
@@ -52,7 +52,8 @@ def create_app(
 
     app = Starlette(
         routes=[
-            *health.routes, *metrics.routes, *tasks.routes, *admin.routes, *deadletters.routes
+            *health.routes, *metrics.routes, *tasks.routes, *admin.routes, *deadletters.routes,
+            *destinations.routes,
         ],
         exception_handlers=HANDLERS,
         lifespan=lifespan,

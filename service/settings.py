@@ -70,6 +70,8 @@ class Settings:
     max_response_bytes: int = 65_536
     db_pool_size: int = 10
     db_wait_s: float = 30.0
+    breaker_threshold: int = 10
+    breaker_probe_s: float = 30.0
     attempt_retention_s: float = 30 * 86400.0
     task_retention_s: float = 90 * 86400.0
     host: str = "127.0.0.1"
@@ -106,6 +108,8 @@ class Settings:
             "max_response_bytes": ("HOOKRELAY_MAX_RESPONSE_BYTES", _positive(int)),
             "db_pool_size": ("HOOKRELAY_DB_POOL_SIZE", _positive(int)),
             "db_wait_s": ("HOOKRELAY_DB_WAIT_S", _positive(float)),
+            "breaker_threshold": ("HOOKRELAY_BREAKER_THRESHOLD", _positive(int)),
+            "breaker_probe_s": ("HOOKRELAY_BREAKER_PROBE_S", _positive(float)),
             "attempt_retention_s": ("HOOKRELAY_ATTEMPT_RETENTION_S", _positive(float)),
             "task_retention_s": ("HOOKRELAY_TASK_RETENTION_S", _positive(float)),
             "host": ("HOOKRELAY_HOST", str),

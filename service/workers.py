@@ -28,6 +28,8 @@ def dispatcher_config(runtime: Runtime) -> DispatcherConfig:
         concurrency=s.concurrency,
         per_host_concurrency=s.per_host_concurrency,
         poll_interval_s=s.poll_interval_s,
+        breaker_threshold=s.breaker_threshold,
+        breaker_probe_s=s.breaker_probe_s,
     )
 
 

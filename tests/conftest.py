@@ -120,6 +120,10 @@ def settings(tmp_path: Path) -> Settings:
         connect_timeout_s=1.0,
         poll_interval_s=0.05,
         sweep_interval_s=0.1,
+        # Tests that want the circuit breaker lower this; elsewhere a failing
+        # receiver should exhaust attempts, not open the circuit.
+        breaker_threshold=10_000,
+        breaker_probe_s=0.3,
     )
 
 

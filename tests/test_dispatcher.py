@@ -166,8 +166,9 @@ async def test_stale_lease_holder_cannot_record(pool, runtime, receiver) -> None
     assert row_b["id"] == row["id"]
     now = await pool.fetchval("SELECT now()")
 
-    def outcome(token: uuid.UUID, result: str) -> list[list[object]]:
-        return [[row["id"]], [token], [result], [None], [200], [None], [now], [1.0], [None]]
+    def outcome(token: uuid.UUID, result: str) -> list[object]:
+        return [[row["id"]], [token], [result], [None], [200], [None], [now], [1.0], [None],
+                10, 30.0]
 
     stale = await pool.fetch(queries.RECORD_OUTCOMES, *outcome(token_a, "delivered"))
     assert stale == []

@@ -21,6 +21,10 @@ async def metrics(request: Request) -> Response:
     dead = Gauge("hookrelay_dead_letters", "Dead letters not yet replayed", ["tenant"],
                  registry=scrape)
     tasks = Gauge("hookrelay_tasks", "Tasks by status", ["status"], registry=scrape)
+    open_ = Gauge("hookrelay_destination_open", "1 while a host's circuit is open or half-open",
+                  ["host"], registry=scrape)
+    failing = Gauge("hookrelay_destination_consecutive_failures",
+                    "Consecutive failed attempts to a host", ["host"], registry=scrape)
     async with request.app.state.pool.acquire() as conn:
         stats = await conn.fetchrow(queries.OUTBOX_STATS)
         depth.set(stats["depth"])
@@ -29,6 +33,9 @@ async def metrics(request: Request) -> Response:
             dead.labels(row["tenant_id"]).set(row["n"])
         for row in await conn.fetch(queries.TASKS_BY_STATUS):
             tasks.labels(row["status"]).set(row["n"])
+        for row in await conn.fetch(queries.LIST_DESTINATIONS, 1000):
+            open_.labels(row["host"]).set(row["state"] != "closed")
+            failing.labels(row["host"]).set(row["consecutive_failures"])
     body = generate_latest(REGISTRY) + generate_latest(scrape)
     return Response(body, media_type=CONTENT_TYPE_LATEST)
 
