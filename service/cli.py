@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
@@ -164,6 +165,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ApiError as exc:
         print(f"hookrelay: {exc.message}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # Output piped into e.g. `head`: stop quietly, as Unix tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OutboxError as exc:
         print(f"hookrelay: {exc}", file=sys.stderr)
         return 1
