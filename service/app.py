@@ -11,6 +11,7 @@ from starlette.applications import Starlette
 
 from outbox.db import create_pool
 
+from . import openapi
 from .errors import HANDLERS
 from .routes import admin, deadletters, destinations, health, metrics, tasks
 from .runtime import Runtime
@@ -53,7 +54,7 @@ def create_app(
     app = Starlette(
         routes=[
             *health.routes, *metrics.routes, *tasks.routes, *admin.routes, *deadletters.routes,
-            *destinations.routes,
+            *destinations.routes, *openapi.routes,
         ],
         exception_handlers=HANDLERS,
         lifespan=lifespan,
