@@ -27,6 +27,9 @@ T = TypeVar("T")
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
     asyncpg.CannotConnectNowError,
+    asyncpg.PostgresConnectionError,
+    # admin shutdown, crash shutdown, cannot connect now: the server restarting
+    asyncpg.exceptions.OperatorInterventionError,
     asyncpg.TooManyConnectionsError,
     asyncpg.ConnectionDoesNotExistError,
     asyncpg.InterfaceError,

@@ -92,6 +92,12 @@ class Dispatcher:
                         log.warning("claim failed, retrying: %s", exc)
                         got, wanted = 0, 1
                         await asyncio.sleep(self.config.poll_interval_s)
+                    except Exception:
+                        # The loop must outlive any one bad round; leases make
+                        # whatever it had claimed safe to abandon.
+                        log.exception("claim round failed")
+                        got, wanted = 0, 1
+                        await asyncio.sleep(self.config.poll_interval_s)
                     if got and got == wanted:
                         continue  # a full batch: more is probably due right now
                 self._wake.clear()

@@ -59,6 +59,8 @@ async def run(
                 continue
         except TRANSIENT_ERRORS as exc:
             log.warning("sweep failed, retrying: %s", exc)
+        except Exception:
+            log.exception("sweep failed")
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), interval_s)
 

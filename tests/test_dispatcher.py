@@ -11,10 +11,12 @@ import time
 import uuid
 from dataclasses import replace
 
+import asyncpg
 import pytest
 from aiohttp import web
 
 from outbox import queries
+from outbox.db import create_pool
 from outbox.dispatcher import running
 from outbox.signing import SignatureError, verify
 from outbox.tenants import rotate_secret
@@ -272,3 +274,35 @@ async def test_rotation_signs_with_both_then_only_new(pool, runtime, receiver) -
     verify([new], after.headers, after.body)
     with pytest.raises(SignatureError):
         verify([tenant.signing_secret], after.headers, after.body)
+
+
+async def test_survives_its_connections_being_killed(pool, runtime, receiver, dsn) -> None:  # type: ignore[no-untyped-def]
+    async def slow(request: web.Request, rx: Receiver) -> web.StreamResponse:
+        await asyncio.sleep(0.02)
+        return web.Response(status=204)
+
+    receiver.behaviour = slow
+    _, events = await backlog(pool, runtime, receiver.url, 200)
+    await pool.close()
+    own_pool = await create_pool(dsn, min_size=2, max_size=4)
+    killer = await asyncpg.connect(dsn)
+    kill_all = ("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    try:
+        async with running(dispatcher(runtime, own_pool)):
+            killed = 0
+            for _ in range(5):
+                await asyncio.sleep(0.15)
+                killed += await killer.fetchval(kill_all)
+            for _ in range(600):
+                if not await killer.fetchval("SELECT count(*) FROM outbox"):
+                    break
+                await asyncio.sleep(0.05)
+        assert killed >= 5
+        assert await killer.fetchval("SELECT count(*) FROM outbox") == 0
+        leased = "SELECT count(*) FROM outbox WHERE lease_token IS NOT NULL"
+        assert await killer.fetchval(leased) == 0
+    finally:
+        await killer.close()
+        await own_pool.close()
+    assert set(receiver.event_ids()) == set(events)
