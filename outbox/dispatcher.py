@@ -60,8 +60,11 @@ class Dispatcher:
         client: httpx.AsyncClient,
         secret_box: SecretBox,
         config: DispatcherConfig,
+        *,
+        owns_client: bool = False,
     ) -> None:
         self.pool, self.dsn, self.client, self.config = pool, dsn, client, config
+        self._owns_client = owns_client
         self.keyring = Keyring(secret_box)
         self.counters: Counter[str] = Counter()
         self.recorder = Recorder(
@@ -110,6 +113,8 @@ class Dispatcher:
             if listener is not None:
                 with contextlib.suppress(Exception):
                     await listener.close()
+            if self._owns_client:
+                await self.client.aclose()
             log.info("dispatcher stopped", extra={"counters": dict(self.counters)})
 
     def stop(self) -> None:

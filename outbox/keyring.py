@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 
 import asyncpg
 
-from . import queries
 from .crypto import SecretBox
 from .signing import Signer
+from .tenants import active_secrets
 
 # Short enough that a rotation takes effect within seconds, long enough that a
 # busy tenant's key is decrypted once, not per event. An entry never outlives
@@ -36,17 +36,12 @@ class Keyring:
                 missing.append(tid)
         if not missing:
             return out
-        secrets: dict[str, list[str]] = {t: [] for t in missing}
-        expiry = {t: now + self._ttl for t in missing}
         wall = datetime.now(UTC)
-        for row in await conn.fetch(queries.ACTIVE_SECRETS, missing):
-            tid = row["tenant_id"]
-            secrets[tid].append(self._box.decrypt(row["secret_enc"], aad=tid.encode()))
-            if row["expires_at"] is not None:
-                left = (row["expires_at"] - wall).total_seconds()
-                expiry[tid] = min(expiry[tid], now + left)
-        for tid in missing:
-            signer = Signer(secrets[tid])
-            self._cache[tid] = (expiry[tid], signer)
+        for tid, secrets in (await active_secrets(conn, missing, self._box)).items():
+            until = now + self._ttl
+            if secrets.expires_at is not None:
+                until = min(until, now + (secrets.expires_at - wall).total_seconds())
+            signer = Signer(secrets.values)
+            self._cache[tid] = (until, signer)
             out[tid] = signer
         return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from dataclasses import dataclass
+from datetime import datetime
 
 import asyncpg
 
@@ -68,12 +69,24 @@ async def authenticate(conn: asyncpg.Connection, api_key: str) -> str | None:
     return str(row["id"])
 
 
+@dataclass(frozen=True, slots=True)
+class ActiveSecrets:
+    """A tenant's signing secrets, newest first, and when the first of them expires."""
+
+    values: list[str]
+    expires_at: datetime | None
+
+
 async def active_secrets(
     conn: asyncpg.Connection, tenant_ids: list[str], box: SecretBox
-) -> dict[str, list[str]]:
-    """Decrypted secrets that currently sign, newest first, per tenant."""
-    out: dict[str, list[str]] = {t: [] for t in tenant_ids}
+) -> dict[str, ActiveSecrets]:
+    """Decrypted secrets that currently sign, per tenant (one query)."""
+    values: dict[str, list[str]] = {t: [] for t in tenant_ids}
+    expiry: dict[str, datetime | None] = dict.fromkeys(tenant_ids)
     for row in await conn.fetch(queries.ACTIVE_SECRETS, tenant_ids):
         tid = row["tenant_id"]
-        out[tid].append(box.decrypt(row["secret_enc"], aad=tid.encode()))
-    return out
+        values[tid].append(box.decrypt(row["secret_enc"], aad=tid.encode()))
+        if row["expires_at"] is not None:
+            current = expiry[tid]
+            expiry[tid] = row["expires_at"] if current is None else min(current, row["expires_at"])
+    return {t: ActiveSecrets(values[t], expiry[t]) for t in tenant_ids}

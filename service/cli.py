@@ -90,7 +90,6 @@ async def _dispatch(runtime: Runtime) -> None:
         ):
             await dispatcher.run()
     finally:
-        await dispatcher.client.aclose()
         await pool.close()
 
 

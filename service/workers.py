@@ -40,7 +40,7 @@ def make_dispatcher(runtime: Runtime, pool: asyncpg.Pool) -> Dispatcher:
         config.addresses, concurrency=s.concurrency, per_host=s.per_host_concurrency,
         connect_timeout_s=s.connect_timeout_s, total_timeout_s=s.http_timeout_s,
     )
-    return Dispatcher(pool, runtime.dsn, client, runtime.secret_box, config)
+    return Dispatcher(pool, runtime.dsn, client, runtime.secret_box, config, owns_client=True)
 
 
 def dispatcher_background(runtime: Runtime):  # type: ignore[no-untyped-def]
@@ -48,12 +48,8 @@ def dispatcher_background(runtime: Runtime):  # type: ignore[no-untyped-def]
 
     @contextlib.asynccontextmanager
     async def run(pool: asyncpg.Pool) -> AsyncIterator[Dispatcher]:
-        dispatcher = make_dispatcher(runtime, pool)
-        try:
-            async with running(dispatcher):
-                yield dispatcher
-        finally:
-            await dispatcher.client.aclose()
+        async with running(make_dispatcher(runtime, pool)) as dispatcher:
+            yield dispatcher
 
     return run
 

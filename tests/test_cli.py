@@ -41,8 +41,8 @@ async def test_tenants_create_prints_working_credentials(pool, runtime, dsn) -> 
     assert t["name"] == "acme" and t["signingSecret"].startswith("whsec_")
     async with pool.acquire() as conn:
         assert await authenticate(conn, t["apiKey"]) == t["id"]
-        assert await active_secrets(conn, [t["id"]], runtime.secret_box) == {
-            t["id"]: [t["signingSecret"]]}
+        found = await active_secrets(conn, [t["id"]], runtime.secret_box)
+        assert found[t["id"]].values == [t["signingSecret"]]
     code, out, _ = await hookrelay("tenants", "create", "globex", env=cli_env(runtime, dsn))
     assert code == 0 and "api key:" in out and "whsec_" in out
 

@@ -30,7 +30,8 @@ async def test_create_tenant_shows_credentials_once(client, pool, runtime) -> No
     assert t["apiKey"] not in dump and t["signingSecret"] not in dump
     async with pool.acquire() as conn:
         secrets = await active_secrets(conn, [t["id"]], runtime.secret_box)
-    assert secrets == {t["id"]: [t["signingSecret"]]}
+    assert secrets[t["id"]].values == [t["signingSecret"]]
+    assert secrets[t["id"]].expires_at is None
     r = await client.get("/v1/tasks", headers=bearer(t["apiKey"]))
     assert r.status_code == 200
 
@@ -56,7 +57,8 @@ async def test_rotate_secret(client, tenant, pool, runtime) -> None:  # type: ig
     assert new.startswith("whsec_") and new != tenant["signingSecret"]
     async with pool.acquire() as conn:
         secrets = await active_secrets(conn, [tenant["id"]], runtime.secret_box)
-    assert secrets[tenant["id"]] == [new, tenant["signingSecret"]]
+    assert secrets[tenant["id"]].values == [new, tenant["signingSecret"]]
+    assert secrets[tenant["id"]].expires_at is not None
     r = await client.post("/v1/admin/tenants/ten_nope/rotate-secret", headers=ADMIN)
     assert r.status_code == 404
 
@@ -67,7 +69,7 @@ async def test_rotate_with_zero_overlap_drops_old_secret(pool: asyncpg.Pool, run
     async with pool.acquire() as conn:
         t = await create_tenant(conn, "z", runtime.secret_box)
         new = await rotate_secret(conn, t.id, runtime.secret_box, 0)
-        assert await active_secrets(conn, [t.id], runtime.secret_box) == {t.id: [new]}
+        assert (await active_secrets(conn, [t.id], runtime.secret_box))[t.id].values == [new]
 
 
 async def test_healthz_and_readyz(client) -> None:  # type: ignore[no-untyped-def]
