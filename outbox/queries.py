@@ -64,12 +64,21 @@ GET_TASK = "SELECT * FROM tasks WHERE id = $1 AND ($2::text IS NULL OR tenant_id
 
 # -- list_tasks --
 # Keyset pagination on (updated_at, id), served by tasks_tenant_updated.
+# updated_at is now(), the writing transaction's *start*, so a transaction
+# still open may yet commit rows that sort before ones already visible. A
+# reader that moved its cursor past those would never see them. So the page
+# stops at the horizon: the start of the oldest transaction still open in
+# this database. Everything before it is final; the rest shows up next poll.
 LIST_TASKS = """
 SELECT * FROM tasks
  WHERE tenant_id = $1
    AND ($2::text IS NULL OR status = $2)
    AND ($3::timestamptz IS NULL OR updated_at > $3)
    AND ($4::timestamptz IS NULL OR (updated_at, id) > ($4, $5::text))
+   AND updated_at < (SELECT COALESCE(min(xact_start), 'infinity')
+                       FROM pg_stat_activity
+                      WHERE datname = current_database() AND pid <> pg_backend_pid()
+                        AND xact_start IS NOT NULL)
  ORDER BY updated_at, id
  LIMIT $6
 """

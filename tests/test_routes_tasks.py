@@ -295,3 +295,29 @@ async def test_unknown_route_and_method(client) -> None:  # type: ignore[no-unty
     assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
     r = await client.delete("/v1/tasks")
     assert r.status_code == 405 and r.json()["error"]["code"] == "method_not_allowed"
+
+
+async def test_listing_never_skips_a_late_commit(client, tenant, pool) -> None:  # type: ignore[no-untyped-def]
+    """A transaction that started earlier but commits later must not fall behind a cursor."""
+    from outbox import complete_task
+
+    key = bearer(tenant["apiKey"])
+    a = (await submit(client, tenant["apiKey"])).json()["id"]
+    b = (await submit(client, tenant["apiKey"])).json()["id"]
+    page = (await client.get("/v1/tasks", headers=key)).json()
+    cursor_ts = page["data"][-1]["updatedAt"]
+    slow = await pool.acquire()
+    tx = slow.transaction()
+    await tx.start()
+    try:
+        await complete_task(slow, a, "succeeded")  # updated_at = this transaction's start
+        await client.post(f"/v1/tasks/{b}/complete", json={"status": "failed"}, headers=ADMIN)
+        seen = (await client.get("/v1/tasks", params={"updatedAfter": cursor_ts},
+                                 headers=key)).json()["data"]
+        assert seen == []  # b is newer than the open transaction: held back, not skipped
+        await tx.commit()
+    finally:
+        await pool.release(slow)
+    seen = (await client.get("/v1/tasks", params={"updatedAfter": cursor_ts},
+                             headers=key)).json()["data"]
+    assert [t["id"] for t in seen] == [a, b]
