@@ -1,0 +1,100 @@
+"""Commit → receipt latency at a steady offered load (where LISTEN/NOTIFY wake-up shows).
+
+One dispatcher process, one receiver process; a producer commits one completion per
+transaction at ``--rate`` events/s. The receiver stamps arrival against the event's
+commit timestamp. The baseline, measured in the same run, is a bare aiohttp POST to
+the same receiver at the same rate: the floor any dispatcher adds to.
+
+    python bench/latency.py [--rate 200] [--seconds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import os
+import secrets
+import subprocess
+import sys
+import time
+
+import aiohttp
+from common import ROOT, ReceiverProcess, fresh_database, percentile, record, server_dsn
+
+from outbox import complete_task
+from outbox.crypto import SecretBox
+from outbox.db import create_pool
+from outbox.tasks import NewTask, create_task
+from outbox.tenants import create_tenant
+
+
+async def bare_latency(url: str, rate: float, seconds: float) -> list[float]:
+    out: list[float] = []
+    async with aiohttp.ClientSession() as session:
+        async def one() -> None:
+            started = time.perf_counter()
+            async with session.post(url, data=b"{}") as r:
+                await r.read()
+            out.append((time.perf_counter() - started) * 1000)
+
+        tasks = []
+        t0 = time.perf_counter()
+        for i in range(int(rate * seconds)):
+            await asyncio.sleep(max(0.0, i / rate - (time.perf_counter() - t0)))
+            tasks.append(asyncio.create_task(one()))
+        await asyncio.gather(*tasks)
+    return out
+
+
+async def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--rate", type=float, default=200)
+    p.add_argument("--seconds", type=float, default=10)
+    args = p.parse_args()
+    dsn = await fresh_database(server_dsn())
+    rx = ReceiverProcess()
+    key = base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
+    box = SecretBox(base64.urlsafe_b64decode(key))
+    n = int(args.rate * args.seconds)
+    pool = await create_pool(dsn, max_size=4)
+    async with pool.acquire() as conn:
+        tenant = await create_tenant(conn, "bench", box)
+        ids = [(await create_task(conn, tenant.id, NewTask("bench", rx.url)))[0].id
+               for _ in range(n)]
+    env = {**os.environ, "DATABASE_URL": dsn, "HOOKRELAY_MASTER_KEY": key,
+           "HOOKRELAY_ADMIN_TOKEN": "bench", "HOOKRELAY_ALLOW_HTTP": "true",
+           "HOOKRELAY_ALLOW_PRIVATE_CIDRS": "127.0.0.0/8", "HOOKRELAY_LOG_LEVEL": "WARNING"}
+    proc = subprocess.Popen([sys.executable, "-m", "service.cli", "dispatch"], env=env,
+                            cwd=ROOT, stderr=subprocess.DEVNULL)
+    await asyncio.sleep(2)  # let it connect and LISTEN
+    try:
+        t0 = time.perf_counter()
+        async with pool.acquire() as conn:
+            for i, tid in enumerate(ids):
+                await asyncio.sleep(max(0.0, i / args.rate - (time.perf_counter() - t0)))
+                await complete_task(conn, tid, "succeeded")
+        offered = n / (time.perf_counter() - t0)
+        while await pool.fetchval("SELECT count(*) FROM outbox"):
+            await asyncio.sleep(0.05)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        await pool.close()
+    baseline = await bare_latency(rx.url, args.rate, min(args.seconds, 5))
+    stats = rx.stop()
+    lat = list(stats["latencies_ms"])  # type: ignore[call-overload]
+    rows = [("commit→receipt", lat), ("bare aiohttp POST (baseline)", baseline)]
+    table = (f"offered load: {offered:,.0f} events/s for {args.seconds:g} s ({n} events)\n\n"
+             "| path | p50 ms | p95 ms | p99 ms |\n|---|---|---|---|\n" + "".join(
+                 f"| {name} | {percentile(v, .5):.1f} | {percentile(v, .95):.1f} | "
+                 f"{percentile(v, .99):.1f} |\n" for name, v in rows))
+    table += (f"| ratio p50 (commit→receipt / baseline) | "
+              f"{percentile(lat, .5) / percentile(baseline, .5):.1f}x | | |\n")
+    print(table)
+    record("latency: steady load", f"python bench/latency.py --rate {args.rate:g} "
+           f"--seconds {args.seconds:g}", table)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
