@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -76,6 +77,7 @@ class Dispatcher:
         self._in_flight: dict[int, tuple[ClaimedEvent, asyncio.Task[None]]] = {}
         self._per_host: Counter[str] = Counter()
         self._low_water = max(1, min(config.batch_size, config.concurrency) // 4)
+        self._next_probe_check = 0.0
 
     # ------------------------------------------------------------ lifecycle
 
@@ -154,10 +156,13 @@ class Dispatcher:
         lease = (self.config.lease_s, self.config.owner, token)
         async with self.pool.acquire() as conn:
             rows = list(await conn.fetch(queries.CLAIM_BATCH, want, *lease, saturated))
-            # One probe for each host whose open circuit is due one.
-            for probe in await conn.fetch(queries.TAKE_PROBES, self.config.breaker_probe_s):
-                rows += await conn.fetch(queries.CLAIM_PROBE, 1, *lease, probe["host"])
-                self.counters["probes"] += 1
+            # One probe for each host whose open circuit is due one; looked for
+            # once per poll interval, not on every claim of a busy dispatcher.
+            if time.monotonic() >= self._next_probe_check:
+                self._next_probe_check = time.monotonic() + self.config.poll_interval_s
+                for probe in await conn.fetch(queries.TAKE_PROBES, self.config.breaker_probe_s):
+                    rows += await conn.fetch(queries.CLAIM_PROBE, 1, *lease, probe["host"])
+                    self.counters["probes"] += 1
             if not rows:
                 return 0, want
             signers = await self.keyring.signers(conn, {r["tenant_id"] for r in rows})

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from outbox.errors import BlockedDestination
-from outbox.ssrf import AddressPolicy, resolve_checked
+from outbox.ssrf import AddressPolicy, guard_target
 from outbox.tasks import Cursor, NewTask
 from outbox.transitions import TERMINAL_STATUSES, TerminalStatus
 
@@ -48,8 +48,7 @@ async def check_callback_url(url: Any, policy: AddressPolicy) -> str:
             "callbackUrl is required and must be a string", code="invalid_callback_url"
         )
     try:
-        target = policy.check_url(url)
-        await resolve_checked(target.host, target.port, policy)
+        await guard_target(url, policy)
     except BlockedDestination as exc:
         raise Unprocessable(
             f"callbackUrl refused: {exc.reason}", code="blocked_callback_url"
@@ -58,7 +57,7 @@ async def check_callback_url(url: Any, policy: AddressPolicy) -> str:
         raise Unprocessable(f"callbackUrl is invalid: {exc}", code="invalid_callback_url") from exc
     except (socket.gaierror, UnicodeError) as exc:
         raise Unprocessable(
-            f"callbackUrl host cannot be resolved: {target.host}", code="invalid_callback_url"
+            "callbackUrl host cannot be resolved", code="invalid_callback_url"
         ) from exc
     return url
 

@@ -17,7 +17,7 @@ from outbox.models import ALL_STATUSES, Task
 from outbox.tasks import Idempotency, create_task, get_task, list_tasks
 
 from .. import validation
-from ..auth import caller, require_admin, require_tenant
+from ..auth import Caller, caller, require_admin, require_tenant
 from ..bodies import read_json
 from ..errors import Conflict, NotFound, Unprocessable
 
@@ -60,9 +60,9 @@ async def submit(request: Request) -> Response:
     return task_response(task, 202, headers)
 
 
-async def _visible_task(request: Request) -> Task:
+async def _visible_task(request: Request, who: Caller | None = None) -> Task:
     """The path's task as this caller may see it: admins any, tenants their own."""
-    who = await caller(request)
+    who = who or await caller(request)
     async with request.app.state.pool.acquire() as conn:
         task = await get_task(conn, request.path_params["task_id"], tenant_id=who.tenant_id)
     if task is None:
@@ -82,12 +82,13 @@ async def show(request: Request) -> Response:
     if wait:
         # Subscribe before the first read, so a change between the read and
         # the wait cannot be missed. No connection is held while waiting.
+        who = await caller(request)
         with request.app.state.watcher.watch(request.path_params["task_id"]) as changed:
-            task = await _visible_task(request)
+            task = await _visible_task(request, who)
             if not task.terminal and (if_none_match is None or _matches(task, if_none_match)):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(changed.wait(), wait)
-                task = await _visible_task(request)
+                task = await _visible_task(request, who)
     else:
         task = await _visible_task(request)
     if _matches(task, if_none_match):
