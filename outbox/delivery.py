@@ -11,17 +11,17 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
-import httpx
-
-from .errors import BlockedDestination
+from .errors import BlockedDestination, TransportError
+from .http import Sender
 from .models import Outcome
 from .retry import RetryPolicy, parse_retry_after
 from .signing import Signer
-from .ssrf import AddressPolicy, blocked_reason
+from .ssrf import AddressPolicy
 
 PREFIX_CHARS = 256
 
@@ -68,17 +68,7 @@ def _check_url(addresses: AddressPolicy, url: str) -> None:
     addresses.check_url(url)
 
 
-async def _read_capped(response: httpx.Response, cap: int) -> bytes:
-    """At most ``cap`` decoded bytes; the rest is never read."""
-    buf = bytearray()
-    async for chunk in response.aiter_bytes():
-        buf += chunk
-        if len(buf) >= cap:
-            break
-    return bytes(buf[:cap])
-
-
-def _judge(status: int, headers: httpx.Headers) -> tuple[Outcome, str | None, float | None]:
+def _judge(status: int, headers: Mapping[str, str]) -> tuple[Outcome, str | None, float | None]:
     """Outcome, error text and server-requested delay for one HTTP status."""
     if 200 <= status < 300:
         return "delivered", None, None
@@ -93,7 +83,7 @@ def _judge(status: int, headers: httpx.Headers) -> tuple[Outcome, str | None, fl
 
 
 async def attempt(
-    client: httpx.AsyncClient,
+    sender: Sender,
     event: ClaimedEvent,
     signer: Signer,
     policy: RetryPolicy,
@@ -112,25 +102,20 @@ async def attempt(
         _check_url(addresses, event.callback_url)
         headers = signer.headers(event.event_id, int(time.time()), event.body)
         async with asyncio.timeout(limits.total_timeout_s):
-            async with client.stream(
-                "POST", event.callback_url, content=event.body, headers=headers
-            ) as response:
-                status = response.status_code
-                raw = await _read_capped(response, limits.max_response_bytes)
-        prefix = raw[:PREFIX_CHARS * 4].decode("utf-8", "replace")[:PREFIX_CHARS] or None
-        outcome, error, retry_after = _judge(status, response.headers)
+            reply = await sender.post(
+                event.callback_url, event.body, headers, limits.max_response_bytes
+            )
+        status = reply.status
+        prefix = reply.body[:PREFIX_CHARS * 4].decode("utf-8", "replace")[:PREFIX_CHARS] or None
+        outcome, error, retry_after = _judge(status, reply.headers)
     except TimeoutError:
         outcome, error = "retry", f"timed out after {limits.total_timeout_s:g}s"
     except BlockedDestination as exc:
         outcome, error = "dead", f"destination refused: {exc.reason}"
     except ValueError as exc:
         outcome, error = "dead", f"invalid callback URL: {exc}"
-    except httpx.HTTPError as exc:
-        reason = blocked_reason(exc)
-        if reason is not None:
-            outcome, error = "dead", f"destination refused: {reason}"
-        else:
-            outcome, error = "retry", f"{type(exc).__name__}: {exc}"[:500] or type(exc).__name__
+    except TransportError as exc:
+        outcome, error = "retry", str(exc)
     duration_ms = (time.perf_counter() - started) * 1000
     next_at = None
     if outcome == "retry":

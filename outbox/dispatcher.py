@@ -19,12 +19,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import asyncpg
-import httpx
 
 from . import ids, queries
 from .crypto import SecretBox
 from .db import TRANSIENT_ERRORS, connect
 from .delivery import AttemptLimits, ClaimedEvent, attempt
+from .http import Sender
 from .keyring import Keyring
 from .recorder import Recorder
 from .retry import RetryPolicy
@@ -58,14 +58,14 @@ class Dispatcher:
         self,
         pool: asyncpg.Pool,
         dsn: str,
-        client: httpx.AsyncClient,
+        sender: Sender,
         secret_box: SecretBox,
         config: DispatcherConfig,
         *,
-        owns_client: bool = False,
+        owns_sender: bool = False,
     ) -> None:
-        self.pool, self.dsn, self.client, self.config = pool, dsn, client, config
-        self._owns_client = owns_client
+        self.pool, self.dsn, self.sender, self.config = pool, dsn, sender, config
+        self._owns_sender = owns_sender
         self.keyring = Keyring(secret_box)
         self.counters: Counter[str] = Counter()
         self.recorder = Recorder(
@@ -115,8 +115,8 @@ class Dispatcher:
             if listener is not None:
                 with contextlib.suppress(Exception):
                     await listener.close()
-            if self._owns_client:
-                await self.client.aclose()
+            if self._owns_sender:
+                await self.sender.aclose()
             log.info("dispatcher stopped", extra={"counters": dict(self.counters)})
 
     def stop(self) -> None:
@@ -205,7 +205,7 @@ class Dispatcher:
     async def _deliver(self, event: ClaimedEvent, signer: Signer) -> None:
         try:
             result = await attempt(
-                self.client, event, signer, self.config.policy,
+                self.sender, event, signer, self.config.policy,
                 self.config.addresses, self.config.limits,
             )
             self.recorder.add(result)

@@ -13,6 +13,7 @@ The tree::
     ├── DeadLetterNotFound         no dead letter with that event id
     ├── AlreadyReplayed            the dead letter is already back in the outbox
     ├── BlockedDestination         a callback URL points where we must not connect
+    ├── TransportError             an HTTP exchange with a receiver failed
     └── ConfigurationError         a bad key, secret or setting
 
 asyncpg errors are mapped to these at the query layer, so callers never need to
@@ -90,6 +91,10 @@ class BlockedDestination(OutboxError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class TransportError(OutboxError):
+    """Connecting to a receiver, or reading its answer, failed: worth retrying."""
 
 
 class ConfigurationError(OutboxError):

@@ -1,51 +1,137 @@
-"""The production HTTP client: httpx's interface over an aiohttp connection pool.
+"""Senders: the one HTTP operation a dispatcher needs, a POST with a capped reply.
 
-Measured on a 2-core machine against a loopback receiver, httpx's own
-transport peaks near 1,200 POST/s and drops to ~500/s beyond 20 connections;
-over ``httpx-aiohttp`` the same code reaches ~3,500-4,400/s. The interface stays
-httpx, so tests inject a respx-mocked client instead.
+Production uses :class:`AiohttpSender`, straight over aiohttp's connection pool.
+Measured on a 2-core machine against a loopback receiver, httpx's own transport
+peaked near 1,200 POST/s; httpx over ``httpx-aiohttp`` reached 3,000-3,300
+events/s end to end, with a quarter of the dispatcher's samples in httpx's
+request and header models; aiohttp alone removes that layer (BENCHMARKS.md).
+:class:`HttpxSender` wraps any ``httpx.AsyncClient``, so unit tests drive the
+delivery rules with respx.
+
+Both raise :class:`~outbox.errors.TransportError` for a failed exchange and
+:class:`~outbox.errors.BlockedDestination` when the SSRF guard refuses.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
 import aiohttp
 import httpx
-from httpx_aiohttp import AiohttpTransport
 
-from .ssrf import AddressPolicy, GuardedConnector
+from .errors import BlockedDestination, TransportError
+from .ssrf import AddressPolicy, GuardedConnector, blocked_reason
 
 USER_AGENT = "hookrelay/0.1 (+https://www.standardwebhooks.com)"
 
 
-def build_client(
-    addresses: AddressPolicy,
-    *,
-    concurrency: int,
-    per_host: int,
-    connect_timeout_s: float,
-    total_timeout_s: float,
-) -> httpx.AsyncClient:
-    """An httpx client whose every connection goes to an address the guard checked."""
+@dataclass(frozen=True, slots=True)
+class Reply:
+    status: int
+    headers: Mapping[str, str]  # case-insensitive lookups
+    body: bytes  # decoded, at most the cap the caller asked for
 
-    def session() -> aiohttp.ClientSession:
-        # GuardedConnector checks every address it connects to, IP literals
-        # included (aiohttp answers those without asking any resolver).
+
+class Sender(Protocol):
+    async def post(
+        self, url: str, body: bytes, headers: Mapping[str, str], cap: int
+    ) -> Reply: ...
+
+    async def aclose(self) -> None: ...
+
+
+def _reraise(exc: Exception) -> BlockedDestination | TransportError:
+    reason = blocked_reason(exc)
+    if reason is not None:
+        return BlockedDestination(reason)
+    return TransportError(f"{type(exc).__name__}: {exc}"[:500])
+
+
+class AiohttpSender:
+    """A guarded aiohttp session, opened on first use inside the running loop."""
+
+    def __init__(
+        self, addresses: AddressPolicy, *, concurrency: int, per_host: int,
+        connect_timeout_s: float,
+    ) -> None:
+        self._addresses = addresses
+        self._limits = (concurrency, per_host)
+        # The whole attempt runs under the caller's deadline; only connecting
+        # has a shorter one of its own.
+        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+
+    def _open(self) -> aiohttp.ClientSession:
+        concurrency, per_host = self._limits
+        # GuardedConnector checks every address it dials, IP literals included,
+        # and each DNS answer before it is cached, so the cache is safe to keep.
         connector = GuardedConnector(
-            addresses,
-            limit=concurrency,
-            limit_per_host=per_host,
-            # Each answer is checked before it is cached, so reuse is safe.
-            ttl_dns_cache=30,
+            self._addresses, limit=concurrency, limit_per_host=per_host, ttl_dns_cache=30
         )
         # trust_env=False: proxies from the environment are ignored, or the
         # guard would check the proxy instead of the destination.
-        return aiohttp.ClientSession(connector=connector, trust_env=False, auto_decompress=True)
+        return aiohttp.ClientSession(
+            connector=connector, trust_env=False, auto_decompress=True,
+            timeout=self._timeout, headers={"user-agent": USER_AGENT},
+        )
 
-    transport = AiohttpTransport(client=session)
-    return httpx.AsyncClient(
-        transport=transport,
-        follow_redirects=False,
-        trust_env=False,
-        timeout=httpx.Timeout(total_timeout_s, connect=connect_timeout_s),
-        headers={"user-agent": USER_AGENT},
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str], cap: int) -> Reply:
+        if self._session is None:
+            self._session = self._open()
+        try:
+            async with self._session.post(
+                url, data=body, headers=headers, allow_redirects=False
+            ) as response:
+                # content.read() yields decoded bytes: a compressed bomb stops at the cap too.
+                raw = bytearray()
+                while len(raw) < cap:
+                    chunk = await response.content.read(cap - len(raw))
+                    if not chunk:
+                        break
+                    raw += chunk
+                return Reply(response.status, response.headers, bytes(raw))
+        except BlockedDestination:
+            raise
+        except (aiohttp.ClientError, OSError) as exc:
+            raise _reraise(exc) from exc
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+class HttpxSender:
+    """Any ``httpx.AsyncClient``; redirects are never followed."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str], cap: int) -> Reply:
+        try:
+            async with self.client.stream(
+                "POST", url, content=body, headers=dict(headers), follow_redirects=False
+            ) as response:
+                raw = bytearray()
+                async for chunk in response.aiter_bytes():
+                    raw += chunk
+                    if len(raw) >= cap:
+                        break
+                return Reply(response.status_code, response.headers, bytes(raw[:cap]))
+        except BlockedDestination:
+            raise
+        except httpx.HTTPError as exc:
+            raise _reraise(exc) from exc
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+def build_sender(
+    addresses: AddressPolicy, *, concurrency: int, per_host: int, connect_timeout_s: float
+) -> Sender:
+    """The production sender."""
+    return AiohttpSender(
+        addresses, concurrency=concurrency, per_host=per_host, connect_timeout_s=connect_timeout_s
     )

@@ -9,7 +9,7 @@ import asyncpg
 
 from outbox.delivery import AttemptLimits
 from outbox.dispatcher import Dispatcher, DispatcherConfig, running
-from outbox.http import build_client
+from outbox.http import build_sender
 from outbox.sweeper import sweeping
 
 from .runtime import Runtime
@@ -36,11 +36,11 @@ def dispatcher_config(runtime: Runtime) -> DispatcherConfig:
 def make_dispatcher(runtime: Runtime, pool: asyncpg.Pool) -> Dispatcher:
     config = dispatcher_config(runtime)
     s = runtime.settings
-    client = build_client(
+    sender = build_sender(
         config.addresses, concurrency=s.concurrency, per_host=s.per_host_concurrency,
-        connect_timeout_s=s.connect_timeout_s, total_timeout_s=s.http_timeout_s,
+        connect_timeout_s=s.connect_timeout_s,
     )
-    return Dispatcher(pool, runtime.dsn, client, runtime.secret_box, config, owns_client=True)
+    return Dispatcher(pool, runtime.dsn, sender, runtime.secret_box, config, owns_sender=True)
 
 
 def dispatcher_background(runtime: Runtime):  # type: ignore[no-untyped-def]

@@ -13,6 +13,7 @@ import pytest
 import respx
 
 from outbox.delivery import AttemptLimits, ClaimedEvent, attempt
+from outbox.http import HttpxSender
 from outbox.retry import RetryPolicy
 from outbox.signing import Signer
 from outbox.ssrf import AddressPolicy
@@ -38,8 +39,11 @@ DEFAULT_LIMITS = AttemptLimits()
 
 async def run(ev: ClaimedEvent | None = None, limits: AttemptLimits = DEFAULT_LIMITS,
               addresses: AddressPolicy = OPEN):  # type: ignore[no-untyped-def]
-    async with httpx.AsyncClient() as client:
-        return await attempt(client, ev or event(), Signer([SECRET]), POLICY, addresses, limits)
+    sender = HttpxSender(httpx.AsyncClient())
+    try:
+        return await attempt(sender, ev or event(), Signer([SECRET]), POLICY, addresses, limits)
+    finally:
+        await sender.aclose()
 
 
 @pytest.mark.parametrize("status", [200, 201, 202, 204, 299])
