@@ -55,13 +55,7 @@ class ReceiverProcess:
         self.proc = subprocess.Popen(
             [sys.executable, str(ROOT / "bench" / "receiver.py"), str(self.port), str(self.out)]
         )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
-            time.sleep(0.05)
-        raise RuntimeError("receiver did not start")
+        wait_for_port(self.port, self.proc, timeout=10)
 
     @property
     def url(self) -> str:
@@ -73,6 +67,36 @@ class ReceiverProcess:
         self.proc.terminate()
         self.proc.wait(10)
         return dict(json.loads(self.out.read_text()))
+
+
+def master_key() -> str:
+    """A fresh ``HOOKRELAY_MASTER_KEY`` (32 random bytes, urlsafe base64)."""
+    import base64
+    import secrets
+
+    return base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
+
+
+def service_env(dsn: str, key: str, **extra: object) -> dict[str, str]:
+    """The environment a benchmark's hookrelay process runs with: loopback allowed."""
+    env = {**os.environ, "DATABASE_URL": dsn, "HOOKRELAY_MASTER_KEY": key,
+           "HOOKRELAY_ADMIN_TOKEN": "bench", "HOOKRELAY_ALLOW_HTTP": "true",
+           "HOOKRELAY_ALLOW_PRIVATE_CIDRS": "127.0.0.0/8", "HOOKRELAY_LOG_LEVEL": "WARNING"}
+    env.update({f"HOOKRELAY_{k.upper()}": str(v) for k, v in extra.items()})
+    return env
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes] | None = None,
+                  timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before listening")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listening on port {port}")
 
 
 def percentile(values: list[float], q: float) -> float:

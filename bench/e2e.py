@@ -11,15 +11,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import os
-import secrets
 import subprocess
 import sys
 import time
 
 import aiohttp
 import asyncpg
-from common import ROOT, ReceiverProcess, fresh_database, record, server_dsn
+from common import (
+    ROOT,
+    ReceiverProcess,
+    fresh_database,
+    master_key,
+    record,
+    server_dsn,
+    service_env,
+)
 
 from outbox import complete_task
 from outbox.crypto import SecretBox
@@ -91,16 +97,12 @@ async def main() -> None:
     server = server_dsn()
     dsn = await fresh_database(server)
     rx = ReceiverProcess()
-    key = base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
+    key = master_key()
     box = SecretBox(base64.urlsafe_b64decode(key))
     body = await fill(dsn, box, rx.url, args.events)
     limit = await bare_client_limit(rx.url, body, args.events, 50)
-    env = {**os.environ, "DATABASE_URL": dsn, "HOOKRELAY_MASTER_KEY": key,
-           "HOOKRELAY_ADMIN_TOKEN": "bench", "HOOKRELAY_ALLOW_HTTP": "true",
-           "HOOKRELAY_ALLOW_PRIVATE_CIDRS": "127.0.0.0/8",
-           "HOOKRELAY_CONCURRENCY": str(args.concurrency),
-           "HOOKRELAY_PER_HOST_CONCURRENCY": str(args.concurrency),
-           "HOOKRELAY_BATCH_SIZE": "500", "HOOKRELAY_LOG_LEVEL": "WARNING"}
+    env = service_env(dsn, key, concurrency=args.concurrency,
+                      per_host_concurrency=args.concurrency, batch_size=500)
     rate, _ = await drain(dsn, env, args.events)
     stats = rx.stop()
     ratio = rate / limit

@@ -13,14 +13,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import os
-import secrets
 import subprocess
 import sys
 import time
 
 import aiohttp
-from common import ROOT, ReceiverProcess, fresh_database, percentile, record, server_dsn
+from common import (
+    ROOT,
+    ReceiverProcess,
+    fresh_database,
+    master_key,
+    percentile,
+    record,
+    server_dsn,
+    service_env,
+)
 
 from outbox import complete_task
 from outbox.crypto import SecretBox
@@ -54,7 +61,7 @@ async def main() -> None:
     args = p.parse_args()
     dsn = await fresh_database(server_dsn())
     rx = ReceiverProcess()
-    key = base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
+    key = master_key()
     box = SecretBox(base64.urlsafe_b64decode(key))
     n = int(args.rate * args.seconds)
     pool = await create_pool(dsn, max_size=4)
@@ -62,9 +69,7 @@ async def main() -> None:
         tenant = await create_tenant(conn, "bench", box)
         ids = [(await create_task(conn, tenant.id, NewTask("bench", rx.url)))[0].id
                for _ in range(n)]
-    env = {**os.environ, "DATABASE_URL": dsn, "HOOKRELAY_MASTER_KEY": key,
-           "HOOKRELAY_ADMIN_TOKEN": "bench", "HOOKRELAY_ALLOW_HTTP": "true",
-           "HOOKRELAY_ALLOW_PRIVATE_CIDRS": "127.0.0.0/8", "HOOKRELAY_LOG_LEVEL": "WARNING"}
+    env = service_env(dsn, key)
     proc = subprocess.Popen([sys.executable, "-m", "service.cli", "dispatch"], env=env,
                             cwd=ROOT, stderr=subprocess.DEVNULL)
     await asyncio.sleep(2)  # let it connect and LISTEN

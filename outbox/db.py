@@ -79,6 +79,17 @@ async def _with_retries(factory: Callable[[], Awaitable[T]], wait_s: float) -> T
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Pool release hook that sends nothing to the server.
+
+    asyncpg's default release runs ``pg_advisory_unlock_all(); CLOSE ALL;
+    UNLISTEN *; RESET ALL`` (a round trip, 14% of a busy API's time). Pooled
+    connections here never hold session state: advisory locks are
+    transaction-scoped, LISTEN uses dedicated connections and nothing calls
+    SET. asyncpg still rolls back any open transaction before this runs.
+    """
+
+
 async def create_pool(
     dsn: str, *, min_size: int = 1, max_size: int = 10, wait_s: float = 30.0, **kwargs: Any
 ) -> asyncpg.Pool:
@@ -90,7 +101,7 @@ async def create_pool(
     async def factory() -> asyncpg.Pool:
         return await asyncpg.create_pool(
             dsn, min_size=min_size, max_size=max_size, init=init_connection,
-            server_settings=SERVER_SETTINGS, **kwargs,
+            server_settings=SERVER_SETTINGS, reset=_keep_session, **kwargs,
         )
 
     return await _with_retries(factory, wait_s)

@@ -10,6 +10,7 @@ import asyncio
 import ipaddress
 import re
 import socket
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -220,10 +221,28 @@ async def resolve_checked(host: str, port: int, policy: AddressPolicy) -> list[s
     return addresses
 
 
+# Host names that passed the submit-time lookup, until when. The lookup is a
+# thread-pool hop per request (over half of a busy API's samples); the answer is
+# only advisory at submit anyway, since every connection is checked again.
+_PASSED_TTL_S = 30.0
+_passed: dict[tuple[AddressPolicy, str, int], float] = {}
+
+
 async def guard_target(url: str, policy: AddressPolicy) -> ParsedTarget:
-    """The full submit-time check: ``check_url``, then ``resolve_checked``."""
+    """The full submit-time check: ``check_url``, then ``resolve_checked`` for names."""
     target = policy.check_url(url)
+    try:
+        ipaddress.ip_address(target.host)
+        return target  # an IP literal: check_url has judged the address itself
+    except ValueError:
+        pass
+    key, now = (policy, target.host, target.port), time.monotonic()
+    if _passed.get(key, 0.0) > now:
+        return target
     await resolve_checked(target.host, target.port, policy)
+    if len(_passed) >= 4096:
+        _passed.clear()
+    _passed[key] = now + _PASSED_TTL_S
     return target
 
 

@@ -42,34 +42,39 @@ async def create_task(
     :class:`IdempotencyKeyReused`; a repeat while the first is still in its
     transaction raises :class:`IdempotencyInFlight`.
     """
+    if idempotency is None:
+        # One statement, so one round trip: nothing to keep atomic with it.
+        # (No NOTIFY: nobody can be waiting on a task that did not exist.)
+        return Task.from_row(await _insert(conn, tenant_id, spec)), True
     async with conn.transaction():
-        if idempotency is not None:
-            locked = await conn.fetchval(queries.IDEMPOTENCY_LOCK, tenant_id, idempotency.key)
-            if not locked:
-                raise IdempotencyInFlight(idempotency.key)
-            seen = await conn.fetchrow(queries.IDEMPOTENCY_GET, tenant_id, idempotency.key)
-            if seen is not None:
-                if seen["request_hash"] != idempotency.request_hash:
-                    raise IdempotencyKeyReused(idempotency.key)
-                row = await conn.fetchrow(queries.GET_TASK, seen["task_id"], tenant_id)
-                return Task.from_row(row), False
-        row = await conn.fetchrow(
-            queries.INSERT_TASK, ids.task_id(), tenant_id, spec.type, spec.input,
-            spec.callback_url, spec.metadata, spec.timeout_s,
-        )
-        task = Task.from_row(row)
-        if idempotency is not None:
-            try:
-                await conn.execute(
-                    queries.IDEMPOTENCY_PUT, tenant_id, idempotency.key,
-                    idempotency.request_hash, task.id,
-                )
-            except asyncpg.UniqueViolationError as exc:
-                # The advisory lock makes this unreachable in practice; if two
-                # requests still meet here, the loser must not create a task.
-                raise IdempotencyInFlight(idempotency.key) from exc
-        await conn.execute(queries.NOTIFY, task.id)
+        locked = await conn.fetchval(queries.IDEMPOTENCY_LOCK, tenant_id, idempotency.key)
+        if not locked:
+            raise IdempotencyInFlight(idempotency.key)
+        seen = await conn.fetchrow(queries.IDEMPOTENCY_GET, tenant_id, idempotency.key)
+        if seen is not None:
+            if seen["request_hash"] != idempotency.request_hash:
+                raise IdempotencyKeyReused(idempotency.key)
+            row = await conn.fetchrow(queries.GET_TASK, seen["task_id"], tenant_id)
+            return Task.from_row(row), False
+        task = Task.from_row(await _insert(conn, tenant_id, spec))
+        try:
+            await conn.execute(
+                queries.IDEMPOTENCY_PUT, tenant_id, idempotency.key,
+                idempotency.request_hash, task.id,
+            )
+        except asyncpg.UniqueViolationError as exc:
+            # The advisory lock makes this unreachable in practice; if two
+            # requests still meet here, the loser must not create a task.
+            raise IdempotencyInFlight(idempotency.key) from exc
     return task, True
+
+
+async def _insert(conn: asyncpg.Connection, tenant_id: str, spec: NewTask) -> asyncpg.Record:
+    row: asyncpg.Record = await conn.fetchrow(
+        queries.INSERT_TASK, ids.task_id(), tenant_id, spec.type, spec.input,
+        spec.callback_url, spec.metadata, spec.timeout_s,
+    )
+    return row
 
 
 async def get_task(

@@ -12,6 +12,7 @@ from starlette.applications import Starlette
 from outbox.db import create_pool
 
 from . import openapi
+from .auth import KeyCache
 from .errors import HANDLERS
 from .routes import admin, deadletters, destinations, health, metrics, tasks
 from .runtime import Runtime
@@ -61,6 +62,7 @@ def create_app(
     )
     app.state.settings = settings
     app.state.admin_token = runtime.admin_token
+    app.state.key_cache = KeyCache()
     app.state.secret_box = runtime.secret_box
     app.state.address_policy = settings.address_policy()
     return app

@@ -266,8 +266,12 @@ async def test_resolve_checked_returns_addresses() -> None:
     assert await resolve_checked("[::1]", 80, allowed) == ["::1"]
 
 
-def _fake_getaddrinfo(monkeypatch: pytest.MonkeyPatch, *addresses: str) -> None:
+def _fake_getaddrinfo(monkeypatch: pytest.MonkeyPatch, *addresses: str) -> list[str]:
+    """Answer lookups with ``addresses`` (none: NXDOMAIN); returns the names asked for."""
+    asked: list[str] = []
+
     async def getaddrinfo(host: str, port: int, **_: Any) -> list[Any]:
+        asked.append(host)
         if not addresses:
             raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
         return [
@@ -275,6 +279,7 @@ def _fake_getaddrinfo(monkeypatch: pytest.MonkeyPatch, *addresses: str) -> None:
         ]
 
     monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", getaddrinfo)
+    return asked
 
 
 async def test_resolve_checked_mixed_answer_refused(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -301,6 +306,25 @@ async def test_guard_target(monkeypatch: pytest.MonkeyPatch) -> None:
         await guard_target("https://internal.example/hook", AddressPolicy())
     with pytest.raises(ValueError):
         await guard_target("https://user@internal.example/hook", AddressPolicy())
+
+
+async def test_guard_target_does_not_resolve_ip_literals(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _fake_getaddrinfo(monkeypatch, "93.184.215.14")
+    target = await guard_target("https://93.184.215.14/hook", AddressPolicy())
+    assert target.host == "93.184.215.14" and calls == []
+
+
+async def test_guard_target_remembers_a_passed_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _fake_getaddrinfo(monkeypatch, "93.184.215.14")
+    policy = AddressPolicy(allow_http=True)
+    for _ in range(3):
+        await guard_target("http://cached.example/a", policy)
+    assert calls == ["cached.example"]
+    # A refused name is never remembered: it is looked up, and refused, every time.
+    _fake_getaddrinfo(monkeypatch, "10.0.0.7")
+    for _ in range(2):
+        with pytest.raises(BlockedDestination):
+            await guard_target("http://refused.example/a", policy)
 
 
 class StaticResolver(AbstractResolver):

@@ -1,0 +1,30 @@
+"""The API benchmark's baseline: one trivial Starlette route, served the way hookrelay serves.
+
+    python bench/trivial_app.py PORT
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+
+async def hello(request: Request) -> JSONResponse:
+    if request.method == "POST":
+        await request.body()
+    return JSONResponse({"ok": True})
+
+
+app = Starlette(routes=[Route("/hello", hello, methods=["GET", "POST"])])
+
+if __name__ == "__main__":
+    # The same uvicorn settings as service/cli.py's serve, on the same kind of loop.
+    config = uvicorn.Config(app, host="127.0.0.1", port=int(sys.argv[1]), log_config=None,
+                            access_log=False, lifespan="on")
+    asyncio.run(uvicorn.Server(config).serve())
