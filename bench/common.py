@@ -49,11 +49,14 @@ async def fresh_database(server: str) -> str:
 
 
 class ReceiverProcess:
-    def __init__(self) -> None:
+    """bench/receiver.py in its own process; ``args`` are its fault options."""
+
+    def __init__(self, *args: str) -> None:
         self.port = free_port()
         self.out = Path(tempfile.mkdtemp()) / "rx.json"
         self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "bench" / "receiver.py"), str(self.port), str(self.out)]
+            [sys.executable, str(ROOT / "bench" / "receiver.py"), str(self.port), str(self.out),
+             *args]
         )
         wait_for_port(self.port, self.proc, timeout=10)
 
@@ -99,6 +102,46 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes] | None = None,
     raise RuntimeError(f"nothing listening on port {port}")
 
 
+def peak_rss_mb(pid: int) -> float:
+    """The process's high-water resident set (VmHWM), in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def start_dispatcher(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "service.cli", "dispatch"], env=env,
+                            cwd=ROOT, stderr=subprocess.DEVNULL)
+
+
+async def seconds_to_drain(conn: asyncpg.Connection) -> float:
+    """Seconds from the first attempt to an empty outbox."""
+    # Index probes, not count(*): a scan of a deep outbox every few
+    # milliseconds would load the very database being measured.
+    while not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM delivery_attempts)"):
+        await asyncio.sleep(0.01)
+    first = time.perf_counter()
+    while await conn.fetchval("SELECT id FROM outbox ORDER BY id LIMIT 1") is not None:
+        await asyncio.sleep(0.02)
+    return time.perf_counter() - first
+
+
+async def drain(dsn: str, env: dict[str, str], n: int) -> tuple[float, float]:
+    """Run one dispatcher until the outbox is empty: (delivered/s, its peak RSS in MB).
+
+    The clock starts at the first delivery, so process start-up is not counted.
+    """
+    conn = await asyncpg.connect(dsn)
+    proc = start_dispatcher(env)
+    try:
+        return n / await seconds_to_drain(conn), peak_rss_mb(proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        await conn.close()
+
+
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -112,10 +155,16 @@ HEADER = (
 )
 
 
-def record(section: str, command: str, table: str) -> None:
-    """Replace ``section`` in BENCHMARKS.md with the command and its table."""
-    path = ROOT / "BENCHMARKS.md"
-    text = path.read_text() if path.exists() else HEADER
+RELIABILITY_HEADER = (
+    "# Reliability\n\nFaults injected into hookrelay, what each one did, and the soak run.\n"
+)
+
+
+def record(section: str, command: str, table: str, *, file: str = "BENCHMARKS.md",
+           header: str = HEADER) -> None:
+    """Replace ``section`` in ``file`` (BENCHMARKS.md) with the command and its table."""
+    path = ROOT / file
+    text = path.read_text() if path.exists() else header
     marker = f"<!-- {section} -->"
     block = f"{marker}\n## {section}\n\n```\n{command}\n```\n\n{table}\n{marker}-end\n"
     if marker in text:

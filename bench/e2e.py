@@ -11,15 +11,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import subprocess
-import sys
 import time
 
 import aiohttp
-import asyncpg
 from common import (
-    ROOT,
     ReceiverProcess,
+    drain,
     fresh_database,
     master_key,
     record,
@@ -65,28 +62,6 @@ async def fill(dsn: str, box: SecretBox, url: str, n: int) -> bytes:
         body = await conn.fetchval("SELECT body FROM outbox LIMIT 1")
     await pool.close()
     return str(body).encode()
-
-
-async def drain(dsn: str, env: dict[str, str], n: int) -> tuple[float, int]:
-    conn = await asyncpg.connect(dsn)
-    proc = subprocess.Popen([sys.executable, "-m", "service.cli", "dispatch"], env=env,
-                            cwd=ROOT, stderr=subprocess.DEVNULL)
-    try:
-        first = None
-        while True:
-            left = await conn.fetchval("SELECT count(*) FROM outbox")
-            now = time.perf_counter()
-            if first is None and left < n:
-                first = now
-            if left == 0:
-                break
-            await asyncio.sleep(0.02)
-        assert first is not None
-        return n / (now - first), proc.pid
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        await conn.close()
 
 
 async def main() -> None:

@@ -1,15 +1,24 @@
-"""Benchmark receiver: answers 204, records arrival minus the event's commit timestamp.
+"""Benchmark receiver: records arrival minus the event's commit timestamp, answers 204.
 
-Run as a subprocess; on SIGTERM it writes ``{"count", "latencies_ms"}`` to the path given.
+    python bench/receiver.py PORT OUT [--fail-rate F] [--hang-rate H] [--hang-s S] [--seed N]
+
+With ``--fail-rate`` it answers 500 to that share of requests at random; with
+``--hang-rate`` it holds that share open for ``--hang-s`` seconds before answering.
+On SIGTERM it writes ``{"count", "unique", "latencies_ms", "answered_2xx", "failed",
+"hung", "processed_after_sender_gave_up"}`` to OUT, where ``answered_2xx`` maps each
+event id to the 2xx answers its sender was still there to read.
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import json
+import random
 import re
 import signal
-import sys
 import time
+from collections import Counter
 from datetime import datetime
 
 from aiohttp import web
@@ -17,31 +26,56 @@ from aiohttp import web
 TIMESTAMP = re.compile(rb'"timestamp":"([^"]+)"')
 
 
-def main(port: int, out: str) -> None:
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("port", type=int)
+    p.add_argument("out")
+    p.add_argument("--fail-rate", type=float, default=0.0)
+    p.add_argument("--hang-rate", type=float, default=0.0)
+    p.add_argument("--hang-s", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=None)
+    args = p.parse_args()
+    rng = random.Random(args.seed)
     latencies: list[float] = []
     seen: set[str] = set()
+    answered: Counter[str] = Counter()
+    faults: Counter[str] = Counter()
 
     async def hook(request: web.Request) -> web.Response:
         body = await request.read()
         now = time.time()
-        seen.add(request.headers.get("webhook-id", ""))
+        event_id = request.headers.get("webhook-id", "")
+        seen.add(event_id)
         m = TIMESTAMP.search(body)
         if m:
             sent = datetime.fromisoformat(m.group(1).decode().replace("Z", "+00:00"))
             latencies.append((now - sent.timestamp()) * 1000)
+        if args.hang_rate and rng.random() < args.hang_rate:
+            faults["hung"] += 1
+            await asyncio.sleep(args.hang_s)
+            if request.transport is None or request.transport.is_closing():
+                # The sender timed out and hung up: it never sees this answer, so
+                # it will try again. A receiver that acted anyway sees a duplicate.
+                faults["processed_after_sender_gave_up"] += 1
+                return web.Response(status=204)
+        if args.fail_rate and rng.random() < args.fail_rate:
+            faults["failed"] += 1
+            return web.Response(status=500)
+        answered[event_id] += 1
         return web.Response(status=204)
 
     def dump(*_: object) -> None:
-        with open(out, "w") as fh:
-            json.dump({"count": len(latencies), "unique": len(seen), "latencies_ms": latencies}, fh)
+        with open(args.out, "w") as fh:
+            json.dump({"count": len(latencies), "unique": len(seen), "latencies_ms": latencies,
+                       "answered_2xx": answered, **faults}, fh)
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, dump)
     app = web.Application()
     app.router.add_post("/hook", hook)
-    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None,
+    web.run_app(app, host="127.0.0.1", port=args.port, print=None, access_log=None,
                 handle_signals=False)
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), sys.argv[2])
+    main()

@@ -33,6 +33,9 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.TooManyConnectionsError,
     asyncpg.ConnectionDoesNotExistError,
     asyncpg.InterfaceError,
+    # A query issued in the instant between the server's FATAL "terminating
+    # connection" and the socket's EOF: that connection is dying, not broken code.
+    asyncpg.InternalClientError,
     TimeoutError,
 )
 

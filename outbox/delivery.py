@@ -68,6 +68,15 @@ def _check_url(addresses: AddressPolicy, url: str) -> None:
     addresses.check_url(url)
 
 
+def _text(raw: bytes) -> str:
+    """Receiver bytes as text PostgreSQL can store: it refuses NUL, even in text columns.
+
+    An unstorable outcome could never be recorded, so the event would be sent
+    again at every lease expiry, forever.
+    """
+    return raw.decode("utf-8", "replace").replace("\x00", "\ufffd")
+
+
 def _judge(status: int, headers: Mapping[str, str]) -> tuple[Outcome, str | None, float | None]:
     """Outcome, error text and server-requested delay for one HTTP status."""
     if 200 <= status < 300:
@@ -106,7 +115,7 @@ async def attempt(
                 event.callback_url, event.body, headers, limits.max_response_bytes
             )
         status = reply.status
-        prefix = reply.body[:PREFIX_CHARS * 4].decode("utf-8", "replace")[:PREFIX_CHARS] or None
+        prefix = _text(reply.body[:PREFIX_CHARS * 4])[:PREFIX_CHARS] or None
         outcome, error, retry_after = _judge(status, reply.headers)
     except TimeoutError:
         outcome, error = "retry", f"timed out after {limits.total_timeout_s:g}s"
@@ -117,6 +126,7 @@ async def attempt(
     except TransportError as exc:
         outcome, error = "retry", str(exc)
     duration_ms = (time.perf_counter() - started) * 1000
+    error = error.replace("\x00", "\ufffd") if error else error
     next_at = None
     if outcome == "retry":
         if policy.exhausted(event.budget_used + 1):

@@ -22,11 +22,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import asyncpg
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from outbox.db import TRANSIENT_ERRORS
 from outbox.errors import DatabaseUnavailable
 
 log = logging.getLogger("hookrelay.api")
@@ -127,9 +127,7 @@ HANDLERS: dict[Any, Any] = {
     ApiError: on_api_error,
     HTTPException: on_http_exception,
     DatabaseUnavailable: on_unavailable,
-    OSError: on_unavailable,
-    asyncpg.InterfaceError: on_unavailable,
-    asyncpg.PostgresConnectionError: on_unavailable,
-    asyncpg.CannotConnectNowError: on_unavailable,
+    # Whatever asyncpg raises while the server is down, restarting or full.
+    **dict.fromkeys(TRANSIENT_ERRORS, on_unavailable),
     Exception: on_unexpected,
 }

@@ -42,3 +42,89 @@ async def test_only_successes_are_cached(
     assert r.status_code == 200 and len(cache._entries) == 1
     # What is kept is the digest, never the key.
     assert all(tenant["apiKey"].encode() not in k for k in cache._entries)
+
+
+# Every route × every kind of caller. "owner" owns the task (a queued one) and
+# its tenant; "other" is a second tenant. Anyone-routes answer everyone alike.
+ROUTES: list[tuple[str, str, dict[str, int]]] = [
+    # method, path,                               expected status per caller
+    ("POST", "/v1/tasks",                         {"owner": 202, "other": 202, "admin": 403}),
+    ("GET", "/v1/tasks",                          {"owner": 200, "other": 200, "admin": 403}),
+    ("GET", "/v1/tasks/{task}",                   {"owner": 200, "other": 404, "admin": 200}),
+    ("GET", "/v1/tasks/{task}/deliveries",        {"owner": 200, "other": 404, "admin": 200}),
+    ("POST", "/v1/tasks/{task}/redeliver",        {"owner": 409, "other": 404, "admin": 409}),
+    ("POST", "/v1/tasks/{task}/start",            {"owner": 403, "other": 403, "admin": 200}),
+    ("POST", "/v1/tasks/{task}/complete",         {"owner": 403, "other": 403, "admin": 200}),
+    ("POST", "/v1/tasks/{task}/cancel",           {"owner": 200, "other": 404, "admin": 200}),
+    ("POST", "/v1/admin/tenants",                 {"owner": 403, "other": 403, "admin": 201}),
+    ("POST", "/v1/admin/tenants/{tenant}/rotate-secret",
+                                                  {"owner": 403, "other": 403, "admin": 200}),
+    ("GET", "/v1/admin/dead-letters",             {"owner": 403, "other": 403, "admin": 200}),
+    ("GET", "/v1/admin/dead-letters/evt_none",    {"owner": 403, "other": 403, "admin": 404}),
+    ("POST", "/v1/admin/dead-letters/evt_none/replay",
+                                                  {"owner": 403, "other": 403, "admin": 404}),
+    ("POST", "/v1/admin/dead-letters/replay",     {"owner": 403, "other": 403, "admin": 200}),
+    ("GET", "/v1/admin/destinations",             {"owner": 403, "other": 403, "admin": 200}),
+]  # fmt: skip
+BODIES = {
+    "/v1/tasks": {"type": "t", "callbackUrl": "http://127.0.0.1:9/in"},
+    "/v1/tasks/{task}/complete": {"status": "succeeded"},
+    "/v1/admin/tenants": {"name": "n"},
+    "/v1/admin/dead-letters/replay": {},
+}
+ANYONE = ["/healthz", "/readyz", "/metrics", "/openapi.json"]
+
+
+def _credentials(tenant: dict[str, Any], other: dict[str, Any]) -> dict[str, dict[str, str]]:
+    from tests.conftest import ADMIN
+
+    return {
+        "none": {},
+        "wrong": bearer("hr_" + "x" * 40),
+        "malformed": {"Authorization": "Basic " + tenant["apiKey"]},
+        "owner": bearer(tenant["apiKey"]),
+        "other": bearer(other["apiKey"]),
+        "admin": ADMIN,
+    }
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "expected"), ROUTES, ids=[f"{m} {p}" for m, p, _ in ROUTES]
+)
+async def test_auth_matrix(
+    client: httpx.AsyncClient, tenant: dict[str, Any], other_tenant: dict[str, Any],
+    method: str, path: str, expected: dict[str, int],
+) -> None:
+    creds = _credentials(tenant, other_tenant)
+    got: dict[str, int] = {}
+    for who in ("none", "wrong", "malformed", "other", "owner", "admin"):
+        # A fresh queued task per caller, so one caller's change cannot decide another's answer.
+        r = await client.post("/v1/tasks", json=BODIES["/v1/tasks"], headers=creds["owner"])
+        url = path.format(task=r.json()["id"], tenant=tenant["id"])
+        r = await client.request(method, url, json=BODIES.get(path), headers=creds[who])
+        got[who] = r.status_code
+        if r.status_code >= 400:
+            err = r.json()["error"]
+            assert err["code"] and err["message"], r.text
+        if r.status_code == 401:
+            assert r.headers["www-authenticate"].lower().startswith("bearer")
+    assert got == {"none": 401, "wrong": 401, "malformed": 401, **expected}
+
+
+@pytest.mark.parametrize("path", ANYONE)
+async def test_public_routes_answer_anyone(
+    client: httpx.AsyncClient, tenant: dict[str, Any], other_tenant: dict[str, Any], path: str
+) -> None:
+    for headers in _credentials(tenant, other_tenant).values():
+        assert (await client.get(path, headers=headers)).status_code == 200
+
+
+def test_credentials_are_compared_in_constant_time() -> None:
+    import inspect
+
+    from outbox import tenants
+    from service import auth
+
+    # Both comparisons of a presented secret go through hmac.compare_digest.
+    assert "hmac.compare_digest" in inspect.getsource(auth.caller)
+    assert "hmac.compare_digest" in inspect.getsource(tenants.authenticate)

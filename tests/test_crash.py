@@ -3,48 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import sys
 from collections import Counter
 
 import pytest
 from aiohttp import web
 
-from .conftest import ADMIN_TOKEN, ROOT
 from .dispatching import backlog, wait_drained
+from .processes import dispatcher_env, start_dispatcher
 from .receiver import Receiver
 
 pytestmark = pytest.mark.anyio
 EVENTS = 500
-
-
-def dispatcher_env(runtime, dsn: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    s = runtime.settings
-    return {
-        **os.environ,
-        "DATABASE_URL": dsn,
-        "HOOKRELAY_DATA_DIR": str(s.data_dir),
-        "HOOKRELAY_ADMIN_TOKEN": ADMIN_TOKEN,
-        "HOOKRELAY_MASTER_KEY": s.master_key,
-        "HOOKRELAY_ALLOW_PRIVATE_CIDRS": "127.0.0.0/8",
-        "HOOKRELAY_ALLOW_HTTP": "true",
-        "HOOKRELAY_LEASE_S": "2",
-        "HOOKRELAY_HTTP_TIMEOUT_S": "1",
-        "HOOKRELAY_RETRY_BASE_S": "0.05",
-        "HOOKRELAY_RETRY_CAP_S": "0.2",
-        "HOOKRELAY_POLL_INTERVAL_S": "0.1",
-        "HOOKRELAY_BATCH_SIZE": "50",
-        "HOOKRELAY_PER_HOST_CONCURRENCY": "50",
-        "HOOKRELAY_LOG_LEVEL": "WARNING",
-    }
-
-
-async def start_dispatcher(env: dict[str, str]) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "service.cli", "dispatch", env=env, cwd=ROOT,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-    )
 
 
 async def test_kill_9_mid_batch_loses_nothing(pool, runtime, dsn) -> None:  # type: ignore[no-untyped-def]
@@ -111,3 +81,51 @@ async def test_sigterm_exits_cleanly_and_releases(pool, runtime, dsn) -> None:  
     assert await pool.fetchval("SELECT count(*) FROM outbox WHERE lease_token IS NOT NULL") == 0
 
 
+
+
+async def test_random_kills_over_many_rounds_lose_nothing(pool, runtime, dsn) -> None:  # type: ignore[no-untyped-def]
+    """kill -9 at random moments (claiming, mid-POST, writing outcomes), round after round."""
+    import random
+
+    rng = random.Random(20261202)
+    answered: Counter[str] = Counter()  # 2xx answers per event id
+
+    async def flaky(request: web.Request, rx: Receiver) -> web.StreamResponse:
+        await asyncio.sleep(rng.random() * 0.02)
+        if rng.random() < 0.2:
+            return web.Response(status=500)
+        answered[request.headers["webhook-id"]] += 1
+        return web.Response(status=204)
+
+    rx = await Receiver(behaviour=flaky).start()
+    leased_at_kills = 0
+    try:
+        _, events = await backlog(pool, runtime, rx.url, 800)
+        env = dispatcher_env(runtime, dsn, max_attempts="50")
+        for _ in range(6):
+            proc = await start_dispatcher(env)
+            seen = len(rx.received)
+            await rx.wait_for(seen + 1, timeout=60)  # it is working...
+            await asyncio.sleep(rng.uniform(0.0, 0.4))  # ...somewhere in its cycle
+            proc.send_signal(signal.SIGKILL)
+            await proc.wait()
+            leased_at_kills += await pool.fetchval(
+                "SELECT count(*) FROM outbox WHERE lease_token IS NOT NULL")
+        last = await start_dispatcher(env)
+        try:
+            await wait_drained(pool, timeout=120)
+        finally:
+            last.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(last.communicate(), 30)
+    finally:
+        await rx.stop()
+    dead = {r["event_id"] for r in await pool.fetch("SELECT event_id FROM dead_letters")}
+    assert set(answered) | dead == set(events), "an event was neither delivered nor dead-lettered"
+    duplicates = sum(n - 1 for n in answered.values())
+    print(f"\nrandom kills: 6 rounds, {len(events)} events, {leased_at_kills} leased at kills, "
+          f"{duplicates} duplicate deliveries, {len(dead)} dead")
+    assert duplicates <= leased_at_kills, "a duplicate that no crash explains"
+    assert await pool.fetchval("SELECT count(*) FROM outbox") == 0
+    assert await pool.fetchval(
+        "SELECT count(*) FROM (SELECT 1 FROM delivery_attempts GROUP BY event_id, number "
+        "HAVING count(*) > 1) d") == 0

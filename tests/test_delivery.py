@@ -158,3 +158,12 @@ async def test_ip_literal_to_private_address_is_dead() -> None:
         r = await run(event(url="http://127.0.0.1/in"), addresses=AddressPolicy(allow_http=True))
     assert r.outcome == "dead" and "refused" in (r.error or "")
     assert not route.called
+
+
+async def test_nul_bytes_in_the_answer_are_storable() -> None:
+    # PostgreSQL text cannot hold NUL; an unstorable outcome would be retried forever.
+    with respx.mock:
+        respx.post(URL).mock(return_value=httpx.Response(200, content=b"ok\x00\x00tail"))
+        r = await run()
+    assert r.outcome == "delivered" and "\x00" not in (r.response_prefix or "")
+    assert r.response_prefix == "ok\ufffd\ufffdtail"
