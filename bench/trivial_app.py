@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 
 import uvicorn
@@ -13,6 +12,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+
+from service.serving import run, uvicorn_config
 
 
 async def hello(request: Request) -> JSONResponse:
@@ -24,7 +25,6 @@ async def hello(request: Request) -> JSONResponse:
 app = Starlette(routes=[Route("/hello", hello, methods=["GET", "POST"])])
 
 if __name__ == "__main__":
-    # The same uvicorn settings as service/cli.py's serve, on the same kind of loop.
-    config = uvicorn.Config(app, host="127.0.0.1", port=int(sys.argv[1]), log_config=None,
-                            access_log=False, lifespan="on")
-    asyncio.run(uvicorn.Server(config).serve())
+    # The same uvicorn settings and event loop as `hookrelay api`.
+    config = uvicorn_config(app, host="127.0.0.1", port=int(sys.argv[1]))
+    run(uvicorn.Server(config).serve())

@@ -8,12 +8,14 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 import asyncpg
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 
 from outbox.db import create_pool
 
 from . import openapi
 from .auth import KeyCache
 from .errors import HANDLERS
+from .limits import HeaderLimit
 from .routes import admin, deadletters, destinations, health, metrics, tasks
 from .runtime import Runtime
 from .watcher import TaskWatcher
@@ -58,6 +60,7 @@ def create_app(
             *destinations.routes, *openapi.routes,
         ],
         exception_handlers=HANDLERS,
+        middleware=[Middleware(HeaderLimit)],
         lifespan=lifespan,
     )
     app.state.settings = settings

@@ -20,7 +20,7 @@ from outbox.errors import OutboxError
 from outbox.sweeper import sweeping
 from outbox.tenants import create_tenant
 
-from . import deadletters_cli, logs
+from . import deadletters_cli, logs, serving
 from .app import create_app
 from .errors import ApiError
 from .runtime import Runtime, prepare
@@ -65,9 +65,8 @@ async def _serve(runtime: Runtime, *, with_dispatcher: bool) -> None:
     )
     app = create_app(runtime, background=background)
     s = runtime.settings
-    config = uvicorn.Config(
-        app, host=s.host, port=s.port, log_config=None, access_log=False,
-        lifespan="on", timeout_graceful_shutdown=int(s.http_timeout_s) + 5,
+    config = serving.uvicorn_config(
+        app, host=s.host, port=s.port, graceful_s=int(s.http_timeout_s) + 5
     )
     _banner(runtime)
     await uvicorn.Server(config).serve()
@@ -158,9 +157,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         runtime = prepare(settings)
         if args.command == "dead-letters":
-            return asyncio.run(_dead_letters(runtime, args))
+            return serving.run(_dead_letters(runtime, args))
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(commands[args.command](runtime))
+            serving.run(commands[args.command](runtime))
     except ApiError as exc:
         print(f"hookrelay: {exc.message}", file=sys.stderr)
         return 2

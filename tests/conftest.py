@@ -176,3 +176,23 @@ async def other_tenant(client: httpx.AsyncClient) -> dict[str, Any]:
     r = await client.post("/v1/admin/tenants", json={"name": "globex"}, headers=ADMIN)
     assert r.status_code == 201, r.text
     return dict(r.json())
+
+
+@pytest.fixture
+async def live_api(runtime, dsn):  # type: ignore[no-untyped-def]
+    """``hookrelay api`` in its own process on a free port, with a tenant; yields (url, key)."""
+    import httpx
+
+    from .processes import dispatcher_env, free_port, start, wait_for_port
+
+    port = free_port()
+    proc = await start("api", dispatcher_env(runtime, dsn, port=str(port), host="127.0.0.1"))
+    try:
+        await wait_for_port(port, proc)
+        url = f"http://127.0.0.1:{port}"
+        async with httpx.AsyncClient(base_url=url) as c:
+            r = await c.post("/v1/admin/tenants", json={"name": "fuzz"}, headers=ADMIN)
+        yield url, r.json()["apiKey"]
+    finally:
+        proc.terminate()
+        await proc.wait()

@@ -30,27 +30,6 @@ async def test_every_route_is_described(client) -> None:  # type: ignore[no-unty
                            for p in op.get("parameters", [])), (path, name)
 
 
-@pytest.fixture
-async def live_api(runtime, dsn):  # type: ignore[no-untyped-def]
-    """``hookrelay api`` in its own process on a free port, with a tenant; yields (url, key)."""
-    import httpx
-
-    from .conftest import ADMIN
-    from .processes import dispatcher_env, free_port, start, wait_for_port
-
-    port = free_port()
-    proc = await start("api", dispatcher_env(runtime, dsn, port=str(port), host="127.0.0.1"))
-    try:
-        await wait_for_port(port, proc)
-        url = f"http://127.0.0.1:{port}"
-        async with httpx.AsyncClient(base_url=url) as c:
-            r = await c.post("/v1/admin/tenants", json={"name": "fuzz"}, headers=ADMIN)
-        yield url, r.json()["apiKey"]
-    finally:
-        proc.terminate()
-        await proc.wait()
-
-
 @pytest.mark.parametrize("who", ["tenant", "admin"])
 async def test_schemathesis_finds_no_5xx_and_no_schema_break(live_api, who: str) -> None:  # type: ignore[no-untyped-def]
     """Generated requests from /openapi.json, positive and negative, bounded and seeded."""
