@@ -322,6 +322,16 @@ summary AS (
 SELECT f.id FROM fenced f
 """
 
+# -- oldest_transaction --
+# Age of the oldest transaction open against this database, ours or anyone's.
+# While one stays open, no dead outbox row can be vacuumed and every claim steps
+# over more of them (RELIABILITY.md measures it); alert on this long before.
+OLDEST_TRANSACTION = """
+SELECT COALESCE(extract(epoch FROM now() - min(xact_start)), 0)::float8
+  FROM pg_stat_activity
+ WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL
+"""
+
 # -- outbox_stats --
 # Depth, and how overdue the oldest due row is (0 when nothing is due).
 OUTBOX_STATS = """

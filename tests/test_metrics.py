@@ -45,3 +45,20 @@ async def test_metrics_after_deliveries_and_dead_letters(client, pool, runtime) 
     assert value(text, f'hookrelay_dead_letters{{tenant="{tenant.id}"}}') == 1
     assert value(text, 'hookrelay_deliveries_total{outcome="delivered"}') == delivered_before + 2
     assert value(text, "hookrelay_attempt_duration_seconds_count") >= 3
+
+
+async def test_oldest_transaction_gauge_sees_an_idle_transaction(client, dsn) -> None:  # type: ignore[no-untyped-def]
+    import asyncio
+
+    import asyncpg
+
+    series = "hookrelay_db_oldest_transaction_seconds"
+    idle = await asyncpg.connect(dsn)
+    try:
+        await idle.execute("BEGIN")
+        await idle.fetchval("SELECT txid_current()")
+        await asyncio.sleep(1.2)
+        assert value((await client.get("/metrics")).text, series) >= 1.0
+    finally:
+        await idle.close()
+    assert value((await client.get("/metrics")).text, series) < 1.0

@@ -25,7 +25,11 @@ async def metrics(request: Request) -> Response:
                   ["host"], registry=scrape)
     failing = Gauge("hookrelay_destination_consecutive_failures",
                     "Consecutive failed attempts to a host", ["host"], registry=scrape)
+    xact = Gauge("hookrelay_db_oldest_transaction_seconds",
+                 "Age of the oldest open transaction in the database (it holds back vacuum)",
+                 registry=scrape)
     async with request.app.state.pool.acquire() as conn:
+        xact.set(await conn.fetchval(queries.OLDEST_TRANSACTION))
         stats = await conn.fetchrow(queries.OUTBOX_STATS)
         depth.set(stats["depth"])
         oldest.set(stats["oldest_due_s"])
