@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import re
 import signal
@@ -68,7 +69,8 @@ def main() -> None:
         with open(args.out, "w") as fh:
             json.dump({"count": len(latencies), "unique": len(seen), "latencies_ms": latencies,
                        "answered_2xx": answered, **faults}, fh)
-        raise SystemExit(0)
+        # Exit at once: raising here would unwind whatever request was mid-write.
+        os._exit(0)
 
     signal.signal(signal.SIGTERM, dump)
     app = web.Application()
