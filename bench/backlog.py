@@ -25,6 +25,7 @@ from common import (
     percentile,
     record,
     server_dsn,
+    server_facts,
     service_env,
 )
 
@@ -133,6 +134,7 @@ async def main() -> None:
     ratio = deep_rate / empty_rate
     table = (
         "| figure | value |\n|---|---|\n"
+        f"| database | {await server_facts(big)} |\n"
         f"| backlog rows | {args.rows:,} (filled in {fill_s:.0f} s) |\n"
         + "".join(
             f"| claim of {b} rows at full depth, p50 / p99 | "

@@ -34,6 +34,17 @@ def server_dsn() -> str:
     return embedded.start(ROOT / ".hookrelay-bench")
 
 
+async def server_facts(dsn: str) -> str:
+    """The server's version and autovacuum setting, to print beside database figures."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        version = await conn.fetchval("SHOW server_version")
+        autovacuum = await conn.fetchval("SHOW autovacuum")
+    finally:
+        await conn.close()
+    return f"PostgreSQL {version.split()[0]}, autovacuum {autovacuum}"
+
+
 async def fresh_database(server: str) -> str:
     from urllib.parse import urlsplit, urlunsplit
 

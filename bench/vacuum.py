@@ -25,6 +25,7 @@ from common import (
     percentile,
     record,
     server_dsn,
+    server_facts,
     service_env,
 )
 
@@ -79,7 +80,7 @@ async def main() -> None:
             f"| {mb(a['heap'])} / {mb(a['indexes'])} "  # type: ignore[index]
             f"| {mb(v['heap'])} / {mb(v['indexes'])}, {v['dead']:,} dead |")  # type: ignore[index]
     ratio = float(held["rate"]) / float(free["rate"])  # type: ignore[arg-type]
-    lines += ["", f"ratio pinned / free = {ratio:.2f}", ""]
+    lines += ["", f"ratio pinned / free = {ratio:.2f}; database: {await server_facts(server)}", ""]
     table = "\n".join(lines)
     print(table)
     record("vacuum blocked by an idle transaction", f"python bench/vacuum.py --rows {args.rows}",
