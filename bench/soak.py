@@ -26,6 +26,7 @@ from common import (
     master_key,
     record,
     server_dsn,
+    server_facts,
     service_env,
     start_dispatcher,
 )
@@ -111,12 +112,14 @@ async def main() -> None:
             proc.wait(60)
         await conn.close()
     stats = rx.stop()
+    facts = await server_facts(dsn)
     answered: dict[str, int] = stats["answered_2xx"]  # type: ignore[assignment]
     delivered = set(answered) & set(events)
     lost = set(events) - delivered - dead
     duplicates = sum(n - 1 for n in answered.values())
     table = (
         "| figure | value |\n|---|---|\n"
+        f"| database | {facts} |\n"
         f"| events committed | {len(events):,} |\n"
         f"| delivered (receiver answered 2xx at least once) | {len(delivered):,} |\n"
         f"| dead-lettered (never answered 2xx in {args.max_attempts} attempts) | "
