@@ -22,10 +22,11 @@ import asyncpg
 
 from . import ids, queries
 from .crypto import SecretBox
-from .db import TRANSIENT_ERRORS, connect
+from .db import TRANSIENT_ERRORS
 from .delivery import AttemptLimits, ClaimedEvent, attempt
 from .http import Sender
 from .keyring import Keyring
+from .listener import Listener
 from .recorder import Recorder
 from .retry import RetryPolicy
 from .signing import Signer
@@ -83,7 +84,10 @@ class Dispatcher:
 
     async def run(self) -> None:
         """Claim and deliver until stopped; returns after a graceful drain."""
-        listener = await self._listen()
+        # Any (re)connect may have missed a NOTIFY: wake and look, as on one.
+        listener = Listener(self.dsn, queries.OUTBOX_CHANNEL, lambda _: self._wake.set(),
+                            on_gap=self._wake.set, name="hookrelay-dispatcher-listen")
+        await listener.start()
         recorder = asyncio.create_task(self.recorder.run(), name="hookrelay-recorder")
         try:
             while not self._stopping.is_set():
@@ -112,9 +116,7 @@ class Dispatcher:
             await self._drain()
             await self.recorder.stop()
             await recorder
-            if listener is not None:
-                with contextlib.suppress(Exception):
-                    await listener.close()
+            await listener.stop()
             if self._owns_sender:
                 await self.sender.aclose()
             log.info("dispatcher stopped", extra={"counters": dict(self.counters)})
@@ -123,15 +125,6 @@ class Dispatcher:
         """Stop claiming; :meth:`run` finishes in-flight attempts and returns."""
         self._stopping.set()
         self._wake.set()
-
-    async def _listen(self) -> asyncpg.Connection | None:
-        try:
-            conn = await connect(self.dsn, wait_s=5.0)
-            await conn.add_listener(queries.OUTBOX_CHANNEL, lambda *_: self._wake.set())
-            return conn
-        except Exception as exc:  # polling still delivers, only later
-            log.warning("LISTEN unavailable, polling only: %s", exc)
-            return None
 
     async def _drain(self) -> None:
         """Let in-flight attempts finish within one attempt's deadline, then give rows back."""

@@ -8,39 +8,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections import defaultdict
 from collections.abc import Iterator
 
-import asyncpg
-
 from outbox import queries
-from outbox.db import connect
-
-log = logging.getLogger("hookrelay.watcher")
-RECONNECT_S = 1.0
+from outbox.listener import Listener
 
 
 class TaskWatcher:
     def __init__(self, dsn: str) -> None:
-        self._dsn = dsn
         self._waiters: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
-        self._conn: asyncpg.Connection | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._closing = False
+        self._listener = Listener(dsn, queries.TASKS_CHANNEL, self._notified,
+                                  on_gap=self._wake_all, name="hookrelay-watcher")
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._keep_listening(), name="hookrelay-watcher")
+        await self._listener.start()
 
     async def stop(self) -> None:
-        self._closing = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        if self._conn is not None:
-            with contextlib.suppress(Exception):
-                await self._conn.close()
+        await self._listener.stop()
 
     @contextlib.contextmanager
     def watch(self, task_id: str) -> Iterator[asyncio.Event]:
@@ -56,7 +41,7 @@ class TaskWatcher:
                 if not waiting:
                     del self._waiters[task_id]
 
-    def _notified(self, _conn: object, _pid: int, _channel: str, task_id: str) -> None:
+    def _notified(self, task_id: str) -> None:
         for event in self._waiters.get(task_id, ()):
             event.set()
 
@@ -66,20 +51,3 @@ class TaskWatcher:
         for waiting in self._waiters.values():
             for event in waiting:
                 event.set()
-
-    async def _keep_listening(self) -> None:
-        while not self._closing:
-            try:
-                self._conn = await connect(self._dsn, wait_s=RECONNECT_S * 5)
-                await self._conn.add_listener(queries.TASKS_CHANNEL, self._notified)
-                lost = asyncio.Event()
-                self._conn.add_termination_listener(lambda *_, lost=lost: lost.set())
-                self._wake_all()
-                await lost.wait()
-                log.warning("task listener connection lost; reconnecting")
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("task listener unavailable: %s", exc)
-            self._wake_all()
-            await asyncio.sleep(RECONNECT_S)

@@ -1,0 +1,74 @@
+"""A LISTEN connection that comes back: it reconnects whenever the server drops it.
+
+Notifications only wake things up early; polling still finds the work. But a
+process that lost its LISTEN for good (after a database restart, say) would
+fall back to polling for the rest of its life, so this keeps reconnecting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import asyncpg
+
+from .db import connect
+
+log = logging.getLogger("hookrelay.listener")
+RECONNECT_S = 1.0
+
+
+class Listener:
+    """LISTEN on ``channel``, calling ``callback(payload)``; ``on_gap()`` after any outage.
+
+    ``on_gap`` runs whenever notifications may have been missed (at each
+    (re)connect and when the connection is lost), so callers can look again.
+    """
+
+    def __init__(
+        self, dsn: str, channel: str, callback: Callable[[str], None], *,
+        on_gap: Callable[[], None] = lambda: None, name: str = "hookrelay-listener",
+    ) -> None:
+        self._dsn, self._channel, self._callback, self._on_gap = dsn, channel, callback, on_gap
+        self._name = name
+        self._conn: asyncpg.Connection | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None and not self._conn.is_closed()
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=self._name)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                await self._conn.close()
+
+    def _notified(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        self._callback(payload)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                self._conn = await connect(self._dsn, wait_s=RECONNECT_S * 5)
+                await self._conn.add_listener(self._channel, self._notified)
+                lost = asyncio.Event()
+                self._conn.add_termination_listener(lambda *_, lost=lost: lost.set())
+                self._on_gap()
+                await lost.wait()
+                log.warning("LISTEN %s: connection lost; reconnecting", self._channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # polling still works meanwhile
+                log.warning("LISTEN %s unavailable: %s", self._channel, exc)
+            self._on_gap()
+            await asyncio.sleep(RECONNECT_S)
