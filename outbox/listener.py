@@ -58,15 +58,19 @@ class Listener:
 
     async def _run(self) -> None:
         while True:
+            conn: asyncpg.Connection | None = None
             try:
-                self._conn = await connect(self._dsn, wait_s=RECONNECT_S * 5)
-                await self._conn.add_listener(self._channel, self._notified)
+                conn = await connect(self._dsn, wait_s=RECONNECT_S * 5)
+                await conn.add_listener(self._channel, self._notified)
                 lost = asyncio.Event()
-                self._conn.add_termination_listener(lambda *_, lost=lost: lost.set())
+                conn.add_termination_listener(lambda *_, lost=lost: lost.set())
+                self._conn = conn  # "connected" only once LISTEN is in place
                 self._on_gap()
                 await lost.wait()
                 log.warning("LISTEN %s: connection lost; reconnecting", self._channel)
             except asyncio.CancelledError:
+                if conn is not None and conn is not self._conn:
+                    conn.terminate()  # stopped between connecting and LISTEN
                 raise
             except Exception as exc:  # polling still works meanwhile
                 log.warning("LISTEN %s unavailable: %s", self._channel, exc)
