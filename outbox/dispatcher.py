@@ -33,6 +33,9 @@ from .signing import Signer
 from .ssrf import AddressPolicy
 
 log = logging.getLogger("hookrelay.dispatcher")
+# After a failed claim: short, since the database usually comes back in moments
+# and a long poll interval must not become the outage's recovery time.
+CLAIM_RETRY_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -100,13 +103,13 @@ class Dispatcher:
                     except TRANSIENT_ERRORS as exc:
                         log.warning("claim failed, retrying: %s", exc)
                         got, wanted = 0, 1
-                        await asyncio.sleep(self.config.poll_interval_s)
+                        await asyncio.sleep(min(CLAIM_RETRY_S, self.config.poll_interval_s))
                     except Exception:
                         # The loop must outlive any one bad round; leases make
                         # whatever it had claimed safe to abandon.
                         log.exception("claim round failed")
                         got, wanted = 0, 1
-                        await asyncio.sleep(self.config.poll_interval_s)
+                        await asyncio.sleep(min(CLAIM_RETRY_S, self.config.poll_interval_s))
                     if got and got == wanted:
                         continue  # a full batch: more is probably due right now
                 self._wake.clear()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 from collections import Counter
 
@@ -103,9 +104,12 @@ async def test_random_kills_over_many_rounds_lose_nothing(pool, runtime, dsn) ->
         _, events = await backlog(pool, runtime, rx.url, 800)
         env = dispatcher_env(runtime, dsn, max_attempts="50")
         for _ in range(6):
+            if not await pool.fetchval("SELECT count(*) FROM outbox"):
+                break  # a fast round finished the work: nothing left to interrupt
             proc = await start_dispatcher(env)
             seen = len(rx.received)
-            await rx.wait_for(seen + 1, timeout=60)  # it is working...
+            with contextlib.suppress(AssertionError):  # ...unless nothing is due just now
+                await rx.wait_for(seen + 1, timeout=20)  # it is working...
             await asyncio.sleep(rng.uniform(0.0, 0.4))  # ...somewhere in its cycle
             proc.send_signal(signal.SIGKILL)
             await proc.wait()
@@ -122,7 +126,7 @@ async def test_random_kills_over_many_rounds_lose_nothing(pool, runtime, dsn) ->
     dead = {r["event_id"] for r in await pool.fetch("SELECT event_id FROM dead_letters")}
     assert set(answered) | dead == set(events), "an event was neither delivered nor dead-lettered"
     duplicates = sum(n - 1 for n in answered.values())
-    print(f"\nrandom kills: 6 rounds, {len(events)} events, {leased_at_kills} leased at kills, "
+    print(f"\nrandom kills: {len(events)} events, {leased_at_kills} leased at kills, "
           f"{duplicates} duplicate deliveries, {len(dead)} dead")
     assert duplicates <= leased_at_kills, "a duplicate that no crash explains"
     assert await pool.fetchval("SELECT count(*) FROM outbox") == 0
