@@ -126,14 +126,18 @@ def start_dispatcher(env: dict[str, str]) -> subprocess.Popen[bytes]:
                             cwd=ROOT, stderr=subprocess.DEVNULL)
 
 
+async def outbox_empty(conn: asyncpg.Connection) -> bool:
+    # An index probe, not count(*): a scan of a deep outbox every few
+    # milliseconds would load the very database being measured.
+    return await conn.fetchval("SELECT id FROM outbox ORDER BY id LIMIT 1") is None
+
+
 async def seconds_to_drain(conn: asyncpg.Connection) -> float:
     """Seconds from the first attempt to an empty outbox."""
-    # Index probes, not count(*): a scan of a deep outbox every few
-    # milliseconds would load the very database being measured.
     while not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM delivery_attempts)"):
         await asyncio.sleep(0.01)
     first = time.perf_counter()
-    while await conn.fetchval("SELECT id FROM outbox ORDER BY id LIMIT 1") is not None:
+    while not await outbox_empty(conn):
         await asyncio.sleep(0.02)
     return time.perf_counter() - first
 

@@ -24,6 +24,7 @@ from common import (
     ReceiverProcess,
     fresh_database,
     master_key,
+    outbox_empty,
     record,
     server_dsn,
     server_facts,
@@ -93,8 +94,7 @@ async def main() -> None:
                     "SELECT count(*) FROM outbox WHERE leased_until > now()")
                 victim = start_dispatcher(env)
                 next_kill = time.perf_counter() + rng.expovariate(1 / args.kill_every)
-            if producer.done() and await conn.fetchval(
-                    "SELECT id FROM outbox ORDER BY id LIMIT 1") is None:
+            if producer.done() and await outbox_empty(conn):
                 break
         elapsed = time.perf_counter() - started
         events = producer.result()

@@ -42,7 +42,7 @@ class Sender(Protocol):
     async def aclose(self) -> None: ...
 
 
-def _reraise(exc: Exception) -> BlockedDestination | TransportError:
+def _mapped(exc: Exception) -> BlockedDestination | TransportError:
     reason = blocked_reason(exc)
     if reason is not None:
         return BlockedDestination(reason)
@@ -92,10 +92,8 @@ class AiohttpSender:
                         break
                     raw += chunk
                 return Reply(response.status, response.headers, bytes(raw))
-        except BlockedDestination:
-            raise
         except (aiohttp.ClientError, OSError) as exc:
-            raise _reraise(exc) from exc
+            raise _mapped(exc) from exc
 
     async def aclose(self) -> None:
         if self._session is not None:
@@ -119,10 +117,8 @@ class HttpxSender:
                     if len(raw) >= cap:
                         break
                 return Reply(response.status_code, response.headers, bytes(raw[:cap]))
-        except BlockedDestination:
-            raise
         except httpx.HTTPError as exc:
-            raise _reraise(exc) from exc
+            raise _mapped(exc) from exc
 
     async def aclose(self) -> None:
         await self.client.aclose()
