@@ -1,93 +1,77 @@
-"""Every SQL statement hookrelay runs, named and commented, ``$n`` placeholders only.
+-- Every SQL statement hookrelay runs, named and commented, $n placeholders only.
+-- Each block starts with `-- name: <name>`; the comment lines after it say why.
+-- Blocks named `_...` are fragments, spliced into others as {{_name}}.
+-- Loaded once by outbox/_queries.py; only outbox.store runs them.
 
-asyncpg prepares and caches each statement per connection, so keeping them as
-module constants also keeps them prepared.
-"""
+-- name: apply_schema_lock
+-- Serialises concurrent `migrate` runs; IF NOT EXISTS alone races on catalogs.
+SELECT pg_advisory_xact_lock(7240112);
 
-from __future__ import annotations
-
-OUTBOX_CHANNEL = "hookrelay_outbox"
-TASKS_CHANNEL = "hookrelay_tasks"
-NON_TERMINAL = ["queued", "running"]
-
-# -- apply_schema_lock --
-# Serialises concurrent `migrate` runs; IF NOT EXISTS alone races on catalogs.
-APPLY_SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(7240112)"
-
-# ---------------------------------------------------------------- tenants
-
-# -- insert_tenant --
-INSERT_TENANT = """
+-- name: insert_tenant
 INSERT INTO tenants (id, name, api_key_hash) VALUES ($1, $2, $3)
-RETURNING id, name, created_at
-"""
+RETURNING id, name, created_at;
 
-# -- insert_secret --
-INSERT_SECRET = "INSERT INTO signing_secrets (tenant_id, secret_enc) VALUES ($1, $2)"
+-- name: insert_secret
+INSERT INTO signing_secrets (tenant_id, secret_enc) VALUES ($1, $2);
 
-# -- expire_secrets --
-# Rotation: every secret still signing keeps doing so for the overlap, no longer.
-EXPIRE_SECRETS = """
+-- name: expire_secrets
+-- Rotation: every secret still signing keeps doing so for the overlap, no longer.
 UPDATE signing_secrets
    SET expires_at = LEAST(COALESCE(expires_at, 'infinity'), now() + make_interval(secs => $2))
- WHERE tenant_id = $1 AND (expires_at IS NULL OR expires_at > now())
-"""
+ WHERE tenant_id = $1 AND (expires_at IS NULL OR expires_at > now());
 
-# -- tenant_exists --
-TENANT_EXISTS = "SELECT EXISTS (SELECT 1 FROM tenants WHERE id = $1)"
+-- name: tenant_exists
+SELECT EXISTS (SELECT 1 FROM tenants WHERE id = $1);
 
-# -- tenant_by_key_hash --
-TENANT_BY_KEY_HASH = "SELECT id, name, api_key_hash FROM tenants WHERE api_key_hash = $1"
+-- name: tenant_by_key_hash
+SELECT id, name, api_key_hash FROM tenants WHERE api_key_hash = $1;
 
-# -- active_secrets --
-# Newest first: the first signature in the header is made with the newest key.
-ACTIVE_SECRETS = """
+-- name: active_secrets
+-- Newest first: the first signature in the header is made with the newest key.
 SELECT tenant_id, secret_enc, expires_at
   FROM signing_secrets
  WHERE tenant_id = ANY($1::text[]) AND (expires_at IS NULL OR expires_at > now())
- ORDER BY tenant_id, created_at DESC, id DESC
-"""
+ ORDER BY tenant_id, created_at DESC, id DESC;
 
-# ------------------------------------------------------------------ tasks
+-- name: _oldest_xact_start
+-- Start of the oldest transaction open against this database, other than ours
+-- (NULL when none is). Rows stamped after it may still be joined by rows an
+-- open transaction commits later; and while one stays open, no dead row can be
+-- vacuumed. Shared by list_tasks and oldest_transaction.
+(SELECT min(xact_start)
+   FROM pg_stat_activity
+  WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL);
 
-# -- insert_task --
-INSERT_TASK = """
+-- name: insert_task
 INSERT INTO tasks (id, tenant_id, type, input, callback_url, metadata, timeout_at)
 VALUES ($1, $2, $3, $4, $5, $6,
         CASE WHEN $7::float8 IS NULL THEN NULL ELSE now() + make_interval(secs => $7) END)
-RETURNING *
-"""
+RETURNING *;
 
-# -- get_task --
-# $2 NULL means "any tenant" (executor and ops); partners always pass theirs.
-GET_TASK = "SELECT * FROM tasks WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)"
+-- name: get_task
+-- $2 NULL means "any tenant" (executor and ops); partners always pass theirs.
+SELECT * FROM tasks WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2);
 
-# -- list_tasks --
-# Keyset pagination on (updated_at, id), served by tasks_tenant_updated.
-# updated_at is now(), the writing transaction's *start*, so a transaction
-# still open may yet commit rows that sort before ones already visible. A
-# reader that moved its cursor past those would never see them. So the page
-# stops at the horizon: the start of the oldest transaction still open in
-# this database. Everything before it is final; the rest shows up next poll.
-LIST_TASKS = """
+-- name: list_tasks
+-- Keyset pagination on (updated_at, id), served by tasks_tenant_updated.
+-- updated_at is now(), the writing transaction's *start*, so a transaction
+-- still open may yet commit rows that sort before ones already visible. A
+-- reader that moved its cursor past those would never see them. So the page
+-- stops at the horizon: the start of the oldest transaction still open in
+-- this database. Everything before it is final; the rest shows up next poll.
 SELECT * FROM tasks
  WHERE tenant_id = $1
    AND ($2::text IS NULL OR status = $2)
    AND ($3::timestamptz IS NULL OR updated_at > $3)
    AND ($4::timestamptz IS NULL OR (updated_at, id) > ($4, $5::text))
-   AND updated_at < (SELECT COALESCE(min(xact_start), 'infinity')
-                       FROM pg_stat_activity
-                      WHERE datname = current_database() AND pid <> pg_backend_pid()
-                        AND xact_start IS NOT NULL)
+   AND updated_at < COALESCE({{_oldest_xact_start}}, 'infinity')
  ORDER BY updated_at, id
- LIMIT $6
-"""
+ LIMIT $6;
 
-# -- transition_task --
-# The state machine lives in the WHERE clause: the row changes only if its
-# current status is one of $6, so two racing transitions cannot both win.
-# A terminal transition ($5 = new event id) also starts the delivery summary.
-TRANSITION_TASK = """
+-- name: transition_task
+-- The state machine lives in the WHERE clause: the row changes only if its
+-- current status is one of $6, so two racing transitions cannot both win.
+-- A terminal transition ($5 = new event id) also starts the delivery summary.
 UPDATE tasks
    SET status = $2,
        result = COALESCE($3, result),
@@ -99,53 +83,47 @@ UPDATE tasks
        delivery_status = CASE WHEN $5::text IS NULL THEN delivery_status ELSE 'pending' END,
        next_attempt_at = CASE WHEN $5::text IS NULL THEN next_attempt_at ELSE now() END
  WHERE id = $1 AND status = ANY($6::text[]) AND ($7::text IS NULL OR tenant_id = $7)
-RETURNING *
-"""
+RETURNING *;
 
-# -- insert_outbox --
-INSERT_OUTBOX = """
+-- name: insert_outbox
 INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host, body)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
-"""
+VALUES ($1, $2, $3, $4, $5, $6, $7);
 
-# -- notify --
-# Delivered at commit, so a dispatcher never wakes for an uncommitted row.
-NOTIFY = f"SELECT pg_notify('{OUTBOX_CHANNEL}', ''), pg_notify('{TASKS_CHANNEL}', $1)"
+-- name: notify
+-- Delivered at commit, so a dispatcher never wakes for an uncommitted row.
+-- $2 and $3: the outbox and task channels (named once, in outbox.store).
+SELECT pg_notify($2, ''), pg_notify($3, $1);
 
-# ------------------------------------------------------------ idempotency
+-- name: idempotency_lock
+-- Non-blocking: a second request with the same key while the first is still in
+-- its transaction gets "in flight" (409) rather than queueing behind it.
+SELECT pg_try_advisory_xact_lock(hashtextextended($1 || ':' || $2, 42));
 
-# -- idempotency_lock --
-# Non-blocking: a second request with the same key while the first is still in
-# its transaction gets "in flight" (409) rather than queueing behind it.
-IDEMPOTENCY_LOCK = "SELECT pg_try_advisory_xact_lock(hashtextextended($1 || ':' || $2, 42))"
+-- name: idempotency_get
+SELECT request_hash, task_id FROM idempotency_keys WHERE tenant_id = $1 AND key = $2;
 
-# -- idempotency_get --
-IDEMPOTENCY_GET = """
-SELECT request_hash, task_id FROM idempotency_keys WHERE tenant_id = $1 AND key = $2
-"""
+-- name: idempotency_put
+INSERT INTO idempotency_keys (tenant_id, key, request_hash, task_id) VALUES ($1, $2, $3, $4);
 
-# -- idempotency_put --
-IDEMPOTENCY_PUT = """
-INSERT INTO idempotency_keys (tenant_id, key, request_hash, task_id) VALUES ($1, $2, $3, $4)
-"""
-
-# ------------------------------------------------------------- dispatcher
-
-# -- claim_batch --
-# Lease up to $1 due rows for $2 seconds under token $4.
-# FOR UPDATE SKIP LOCKED: concurrent dispatchers each take a disjoint set at
-# once instead of queueing on each other's row locks; the lease, not the row
-# lock, is what holds the claim after this short transaction commits, so no
-# transaction stays open across the HTTP calls. Hosts already at their
-# concurrency cap ($5) are skipped, so their rows stay free for later, and so
-# are hosts whose circuit is not closed: their rows are held, budget unspent.
-CLAIM_BATCH = """
+-- name: claim
+-- Lease up to $1 due rows for $2 seconds under token $4, owner $3.
+-- FOR UPDATE SKIP LOCKED: concurrent dispatchers each take a disjoint set at
+-- once instead of queueing on each other's row locks; the lease, not the row
+-- lock, is what holds the claim after this short transaction commits, so no
+-- transaction stays open across the HTTP calls.
+-- Without a probe host ($6 NULL): hosts already at their concurrency cap ($5)
+-- are skipped, so their rows stay free for later, and so are hosts whose
+-- circuit is not closed: their rows are held, budget unspent.
+-- With a probe host ($6): due rows of that host only (its circuit half-open),
+-- whatever its state and cap, since take_probes granted this dispatcher the probe.
 WITH due AS (
     SELECT id
       FROM outbox
      WHERE GREATEST(next_attempt_at, leased_until) <= now()
-       AND host <> ALL($5::text[])
-       AND host NOT IN (SELECT host FROM destinations WHERE state <> 'closed')
+       AND CASE WHEN $6::text IS NULL
+                THEN host <> ALL($5::text[])
+                     AND host NOT IN (SELECT host FROM destinations WHERE state <> 'closed')
+                ELSE host = $6 END
      ORDER BY GREATEST(next_attempt_at, leased_until)
      LIMIT $1
        FOR UPDATE SKIP LOCKED
@@ -157,64 +135,38 @@ UPDATE outbox o
   FROM due
  WHERE o.id = due.id
 RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url, o.host,
-          o.body, o.attempts, o.budget_used
-"""
+          o.body, o.attempts, o.budget_used;
 
-# -- take_probes --
-# Hosts whose open circuit is due a probe. The row lock of this UPDATE gives
-# the probe right to exactly one dispatcher, and pushing probe_at forward keeps
-# the others (and this one's next round) from probing again before the outcome.
-TAKE_PROBES = """
+-- name: take_probes
+-- Hosts whose open circuit is due a probe. The row lock of this UPDATE gives
+-- the probe right to exactly one dispatcher, and pushing probe_at forward keeps
+-- the others (and this one's next round) from probing again before the outcome.
 UPDATE destinations
    SET state = 'half-open', probe_at = now() + make_interval(secs => $1), updated_at = now()
  WHERE state <> 'closed' AND probe_at <= now()
-RETURNING host
-"""
+RETURNING host;
 
-# -- claim_probe --
-# One due row of a half-open host, leased like any claim.
-CLAIM_PROBE = """
-WITH due AS (
-    SELECT id FROM outbox
-     WHERE host = $5 AND GREATEST(next_attempt_at, leased_until) <= now()
-     ORDER BY GREATEST(next_attempt_at, leased_until)
-     LIMIT $1
-       FOR UPDATE SKIP LOCKED
-)
-UPDATE outbox o
-   SET leased_until = now() + make_interval(secs => $2), lease_token = $4, lease_owner = $3
-  FROM due
- WHERE o.id = due.id
-RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url, o.host,
-          o.body, o.attempts, o.budget_used
-"""
-
-# -- list_destinations --
-LIST_DESTINATIONS = """
+-- name: list_destinations
 SELECT d.host, d.state, d.consecutive_failures, d.last_error, d.last_failure_at, d.opened_at,
        d.probe_at,
        (SELECT count(*) FROM outbox o WHERE o.host = d.host) AS held
   FROM destinations d
  ORDER BY d.state <> 'closed' DESC, d.consecutive_failures DESC, d.host
- LIMIT $1
-"""
+ LIMIT $1;
 
-# -- release_leases --
-# Give rows back untouched (shutdown, or more rows for a host than it may take).
-# Fenced on the token: rows another dispatcher took over are left alone.
-RELEASE_LEASES = """
+-- name: release_leases
+-- Give rows back untouched (shutdown, or more rows for a host than it may take).
+-- Fenced on the token: rows another dispatcher took over are left alone.
 UPDATE outbox
    SET leased_until = NULL, lease_token = NULL, lease_owner = NULL
- WHERE id = ANY($1::bigint[]) AND lease_token = $2
-"""
+ WHERE id = ANY($1::bigint[]) AND lease_token = $2;
 
-# -- record_outcomes --
-# One statement, one round trip, for a whole batch of attempt outcomes.
-# Every write is fenced on (id, lease_token): a dispatcher whose lease ran out
-# and whose row another dispatcher now holds matches nothing, so its stale
-# outcome is dropped, not written over the new owner's work. Only rows that pass
-# the fence get an attempt logged and the task summary updated.
-RECORD_OUTCOMES = """
+-- name: record_outcomes
+-- One statement, one round trip, for a whole batch of attempt outcomes.
+-- Every write is fenced on (id, lease_token): a dispatcher whose lease ran out
+-- and whose row another dispatcher now holds matches nothing, so its stale
+-- outcome is dropped, not written over the new owner's work. Only rows that pass
+-- the fence get an attempt logged and the task summary updated.
 WITH input AS (
     SELECT *
       FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::timestamptz[], $5::int[],
@@ -319,132 +271,104 @@ summary AS (
       FROM fenced f JOIN input i ON i.id = f.id
      WHERE t.id = f.task_id AND t.event_id = f.event_id
 )
-SELECT f.id FROM fenced f
-"""
+SELECT f.id FROM fenced f;
 
-# -- oldest_transaction --
-# Age of the oldest transaction open against this database, ours or anyone's.
-# While one stays open, no dead outbox row can be vacuumed and every claim steps
-# over more of them (RELIABILITY.md measures it); alert on this long before.
-OLDEST_TRANSACTION = """
-SELECT COALESCE(extract(epoch FROM now() - min(xact_start)), 0)::float8
-  FROM pg_stat_activity
- WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL
-"""
+-- name: oldest_transaction
+-- Age of the oldest transaction open against this database, ours or anyone's.
+-- While one stays open, no dead outbox row can be vacuumed and every claim steps
+-- over more of them (RELIABILITY.md measures it); alert on this long before.
+SELECT COALESCE(extract(epoch FROM now() - {{_oldest_xact_start}}), 0)::float8;
 
-# -- outbox_stats --
-# Depth, and how overdue the oldest due row is (0 when nothing is due).
-OUTBOX_STATS = """
+-- name: outbox_stats
+-- Depth, and how overdue the oldest due row is (0 when nothing is due).
 SELECT count(*) AS depth,
        COALESCE(EXTRACT(EPOCH FROM now() - min(GREATEST(next_attempt_at, leased_until))
                 FILTER (WHERE GREATEST(next_attempt_at, leased_until) <= now())), 0)::float8
            AS oldest_due_s
-  FROM outbox
-"""
+  FROM outbox;
 
-# -- dead_letters_by_tenant --
-DEAD_LETTERS_BY_TENANT = """
-SELECT tenant_id, count(*) AS n FROM dead_letters WHERE replayed_at IS NULL GROUP BY tenant_id
-"""
+-- name: dead_letters_by_tenant
+SELECT tenant_id, count(*) AS n FROM dead_letters WHERE replayed_at IS NULL GROUP BY tenant_id;
 
-# -- tasks_by_status --
-TASKS_BY_STATUS = "SELECT status, count(*) AS n FROM tasks GROUP BY status"
+-- name: tasks_by_status
+SELECT status, count(*) AS n FROM tasks GROUP BY status;
 
-# ---------------------------------------------------------------- sweeper
-
-# -- claim_overdue_tasks --
-# Live tasks past their deadline. FOR UPDATE SKIP LOCKED lets every process's
-# sweeper run at once without doing the same task twice, and skips a task an
-# executor is completing right now: if that commits, the task is terminal and
-# never selected; if it rolls back, the next sweep takes it.
-CLAIM_OVERDUE_TASKS = """
+-- name: claim_overdue_tasks
+-- Live tasks ($2: the non-terminal statuses) past their deadline. FOR UPDATE SKIP LOCKED lets every process's
+-- sweeper run at once without doing the same task twice, and skips a task an
+-- executor is completing right now: if that commits, the task is terminal and
+-- never selected; if it rolls back, the next sweep takes it.
 SELECT id FROM tasks
- WHERE timeout_at <= now() AND status IN ('queued', 'running')
+ WHERE timeout_at <= now() AND status = ANY($2::text[])
  ORDER BY timeout_at
  LIMIT $1
-   FOR UPDATE SKIP LOCKED
-"""
+   FOR UPDATE SKIP LOCKED;
 
-# ------------------------------------------------------------- redelivery
+-- name: lock_task
+SELECT * FROM tasks WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2) FOR UPDATE;
 
-# -- lock_task --
-LOCK_TASK = "SELECT * FROM tasks WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2) FOR UPDATE"
-
-# -- requeue_event --
-# Back into the outbox under the same event id with a fresh attempt budget;
-# attempts continues from the log so attempt numbers stay unique per event.
-# ON CONFLICT: an event already waiting is not queued twice (returns no row).
-REQUEUE_EVENT = """
+-- name: requeue_event
+-- Back into the outbox under the same event id with a fresh attempt budget;
+-- attempts continues from the log so attempt numbers stay unique per event.
+-- ON CONFLICT: an event already waiting is not queued twice (returns no row).
 INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host, body, attempts)
 VALUES ($1, $2, $3, $4, $5, $6, $7,
         COALESCE((SELECT max(number) FROM delivery_attempts WHERE event_id = $1), 0))
 ON CONFLICT (event_id) DO NOTHING
-RETURNING id
-"""
+RETURNING id;
 
-# -- mark_replayed --
-MARK_REPLAYED = """
+-- name: mark_replayed
 UPDATE dead_letters SET replayed_at = now(), replayed_by = $2, replay_count = replay_count + 1
- WHERE event_id = $1 AND replayed_at IS NULL
-"""
+ WHERE event_id = $1 AND replayed_at IS NULL;
 
-# -- delivery_pending --
-DELIVERY_PENDING = """
+-- name: delivery_pending
 UPDATE tasks SET delivery_status = 'pending', next_attempt_at = now(), updated_at = now()
  WHERE id = $1
-RETURNING *
-"""
+RETURNING *;
 
-# -- task_attempts --
-TASK_ATTEMPTS = """
+-- name: attempts
+-- A task's delivery log, oldest first; $2 narrows it to one of its events
+-- (a task's events share its log; delivery_attempts_task serves both).
 SELECT event_id, number, attempted_at, duration_ms, outcome, status_code, error, response_prefix
-  FROM delivery_attempts WHERE task_id = $1 ORDER BY number
-"""
+  FROM delivery_attempts
+ WHERE task_id = $1 AND ($2::text IS NULL OR event_id = $2)
+ ORDER BY number;
 
-# ----------------------------------------------------------- dead letters
-
-# Shared filter of the dead-letter queries: $1 tenant, $2 since, $3 until,
-# $4 event type, $5 event id (each NULL = any). Only letters not yet replayed.
-_DEAD_FILTER = """
-       replayed_at IS NULL
+-- name: _dead_filter
+-- Shared filter of the dead-letter queries: $1 tenant, $2 since, $3 until,
+-- $4 event type, $5 event id (each NULL = any). Only letters not yet replayed.
+replayed_at IS NULL
    AND ($1::text IS NULL OR tenant_id = $1)
    AND ($2::timestamptz IS NULL OR failed_at >= $2)
    AND ($3::timestamptz IS NULL OR failed_at < $3)
    AND ($4::text IS NULL OR event_type = $4)
-   AND ($5::text IS NULL OR event_id = $5)
-"""
+   AND ($5::text IS NULL OR event_id = $5);
 
-# -- list_dead_letters --
-# Keyset on (failed_at, event_id) after the cursor ($6, $7); $8 = page size.
-LIST_DEAD_LETTERS = f"""
+-- name: list_dead_letters
+-- Keyset on (failed_at, event_id) after the cursor ($6, $7); $8 = page size.
 SELECT event_id, tenant_id, task_id, event_type, callback_url, created_at, failed_at, attempts,
-       last_error, last_status_code, replay_count
+       last_error, last_status_code, replay_count, replayed_at, replayed_by
   FROM dead_letters
- WHERE {_DEAD_FILTER}
+ WHERE {{_dead_filter}}
    AND ($6::timestamptz IS NULL OR (failed_at, event_id) > ($6, $7::text))
  ORDER BY failed_at, event_id
- LIMIT $8
-"""
+ LIMIT $8;
 
-# -- get_dead_letter --
-GET_DEAD_LETTER = "SELECT * FROM dead_letters WHERE event_id = $1"
+-- name: get_dead_letter
+SELECT event_id, tenant_id, task_id, event_type, callback_url, created_at, failed_at, attempts,
+       last_error, last_status_code, replay_count, replayed_at, replayed_by
+  FROM dead_letters
+ WHERE event_id = $1;
 
-# -- event_attempts --
-EVENT_ATTEMPTS = """
-SELECT event_id, number, attempted_at, duration_ms, outcome, status_code, error, response_prefix
-  FROM delivery_attempts WHERE event_id = $1 ORDER BY number
-"""
-
-# -- replay_dead_letters --
-# Up to $6 matching letters back into the outbox, in one statement.
-# FOR UPDATE SKIP LOCKED: two replays racing over the same letters split them
-# instead of both inserting; the outbox's unique event_id is the backstop.
-# Same event id and original body; attempts carries on (unique numbering) and
-# budget_used starts again at 0 (a fresh attempt budget). $7 = who replayed.
-REPLAY_DEAD_LETTERS = f"""
+-- name: replay_dead_letters
+-- Up to $6 matching letters back into the outbox, in one statement.
+-- FOR UPDATE SKIP LOCKED: two replays racing over the same letters split them
+-- instead of both inserting; the outbox's unique event_id is the backstop.
+-- Same event id and original body; attempts carries on (unique numbering) and
+-- budget_used starts again at 0 (a fresh attempt budget). $7 = who replayed.
 WITH picked AS (
     SELECT * FROM dead_letters
-     WHERE {_DEAD_FILTER}
+     WHERE {{_dead_filter}}
      ORDER BY failed_at, event_id
      LIMIT $6
        FOR UPDATE SKIP LOCKED
@@ -467,16 +391,12 @@ summary AS (
        SET delivery_status = 'pending', next_attempt_at = now(), updated_at = now()
       FROM queued q WHERE t.id = q.task_id AND t.event_id = q.event_id
 )
-SELECT event_id FROM queued
-"""
+SELECT event_id FROM queued;
 
-# -------------------------------------------------------------- retention
-
-# -- purge_attempts --
-# Small batches ($2 rows) so no delete holds locks or bloats WAL for long.
-# Only the log of events that are finished: nothing still in the outbox, and
-# nothing an operator may still want to replay.
-PURGE_ATTEMPTS = """
+-- name: purge_attempts
+-- Small batches ($2 rows) so no delete holds locks or bloats WAL for long.
+-- Only the log of events that are finished: nothing still in the outbox, and
+-- nothing an operator may still want to replay.
 DELETE FROM delivery_attempts
  WHERE id IN (
     SELECT a.id FROM delivery_attempts a
@@ -484,17 +404,14 @@ DELETE FROM delivery_attempts
        AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = a.event_id)
        AND NOT EXISTS (SELECT 1 FROM dead_letters d
                         WHERE d.event_id = a.event_id AND d.replayed_at IS NULL)
-     LIMIT $2)
-"""
+     LIMIT $2);
 
-# -- purge_tasks --
-# Finished tasks whose event is no longer waiting; idempotency keys go with
-# them (ON DELETE CASCADE).
-PURGE_TASKS = """
+-- name: purge_tasks
+-- Finished tasks ($3: the terminal statuses) whose event is no longer waiting; idempotency keys go with
+-- them (ON DELETE CASCADE).
 DELETE FROM tasks
  WHERE id IN (
     SELECT id FROM tasks
-     WHERE status IN ('succeeded', 'failed', 'cancelled', 'timed_out')
+     WHERE status = ANY($3::text[])
        AND completed_at < $1 AND delivery_status <> 'pending'
-     LIMIT $2)
-"""
+     LIMIT $2);
