@@ -29,9 +29,10 @@ from common import (
     service_env,
 )
 
-from outbox import complete_task, queries
+from outbox import complete_task
 from outbox.crypto import SecretBox
 from outbox.db import create_pool
+from outbox.store import delivery
 from outbox.tasks import NewTask, create_task
 from outbox.tenants import create_tenant
 
@@ -72,16 +73,17 @@ async def fill(dsn: str, box: SecretBox, url: str, n: int) -> None:
 
 
 async def claim_latency(dsn: str, rounds: int, batch: int) -> list[float]:
-    """ms per CLAIM_BATCH of ``batch`` rows at full depth; each claim is released again."""
+    """ms per claim of ``batch`` rows at full depth; each claim is released again."""
     conn = await asyncpg.connect(dsn)
     out = []
     try:
         for _ in range(rounds):
             token = uuid.uuid4()
             started = time.perf_counter()
-            rows = await conn.fetch(queries.CLAIM_BATCH, batch, 30.0, "bench", token, [])
+            rows = await delivery.claim(conn, limit=batch, lease_s=30.0, owner="bench",
+                                        token=token)
             out.append((time.perf_counter() - started) * 1000)
-            await conn.execute(queries.RELEASE_LEASES, [r["id"] for r in rows], token)
+            await delivery.release_leases(conn, ids=[e.id for e in rows], token=token)
     finally:
         await conn.close()
     return out

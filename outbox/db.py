@@ -17,8 +17,8 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from . import queries
 from .errors import DatabaseUnavailable
+from .store.schema import take_schema_lock
 
 log = logging.getLogger("hookrelay.db")
 T = TypeVar("T")
@@ -56,7 +56,7 @@ async def init_connection(conn: asyncpg.Connection) -> None:
 async def apply_schema(conn: asyncpg.Connection) -> None:
     """Apply ``schema.sql``; harmless to run twice or from several processes."""
     async with conn.transaction():
-        await conn.execute(queries.APPLY_SCHEMA_LOCK)
+        await take_schema_lock(conn)
         await conn.execute(schema_sql())
 
 

@@ -14,7 +14,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from uuid import UUID
 
 from .errors import BlockedDestination, TransportError
 from .http import Sender
@@ -22,25 +21,11 @@ from .models import Outcome
 from .retry import RetryPolicy, parse_retry_after
 from .signing import Signer
 from .ssrf import AddressPolicy
+from .store.delivery import ClaimedEvent
+
+__all__ = ["AttemptLimits", "AttemptResult", "ClaimedEvent", "attempt"]
 
 PREFIX_CHARS = 256
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimedEvent:
-    """An outbox row this dispatcher holds a lease on."""
-
-    id: int
-    event_id: str
-    tenant_id: str
-    task_id: str
-    event_type: str
-    callback_url: str
-    host: str
-    body: bytes
-    attempts: int
-    budget_used: int
-    token: UUID
 
 
 @dataclass(frozen=True, slots=True)

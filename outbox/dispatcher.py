@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from . import ids, queries
+from . import ids
 from .crypto import SecretBox
 from .db import TRANSIENT_ERRORS
-from .delivery import AttemptLimits, ClaimedEvent, attempt
+from .delivery import AttemptLimits, attempt
 from .http import Sender
 from .keyring import Keyring
 from .listener import Listener
@@ -31,6 +31,8 @@ from .recorder import Recorder
 from .retry import RetryPolicy
 from .signing import Signer
 from .ssrf import AddressPolicy
+from .store import OUTBOX_CHANNEL, delivery, destinations
+from .store.delivery import ClaimedEvent
 
 log = logging.getLogger("hookrelay.dispatcher")
 # After a failed claim: short, since the database usually comes back in moments
@@ -88,7 +90,7 @@ class Dispatcher:
     async def run(self) -> None:
         """Claim and deliver until stopped; returns after a graceful drain."""
         # Any (re)connect may have missed a NOTIFY: wake and look, as on one.
-        listener = Listener(self.dsn, queries.OUTBOX_CHANNEL, lambda _: self._wake.set(),
+        listener = Listener(self.dsn, OUTBOX_CHANNEL, lambda _: self._wake.set(),
                             on_gap=self._wake.set, name="hookrelay-dispatcher-listen")
         await listener.start()
         recorder = asyncio.create_task(self.recorder.run(), name="hookrelay-recorder")
@@ -148,30 +150,25 @@ class Dispatcher:
         """Claim and launch one batch; returns (rows claimed, rows asked for)."""
         want = min(self._free_slots(), self.config.batch_size)
         saturated = [h for h, n in self._per_host.items() if n >= self.config.per_host_concurrency]
-        token = uuid.uuid4()
-        lease = (self.config.lease_s, self.config.owner, token)
+        lease_s, owner, token = self.config.lease_s, self.config.owner, uuid.uuid4()
         async with self.pool.acquire() as conn:
-            rows = list(await conn.fetch(queries.CLAIM_BATCH, want, *lease, saturated))
+            rows = await delivery.claim(conn, limit=want, lease_s=lease_s, owner=owner,
+                                        token=token, saturated=saturated)
             # One probe for each host whose open circuit is due one; looked for
             # once per poll interval, not on every claim of a busy dispatcher.
             if time.monotonic() >= self._next_probe_check:
                 self._next_probe_check = time.monotonic() + self.config.poll_interval_s
-                for probe in await conn.fetch(queries.TAKE_PROBES, self.config.breaker_probe_s):
-                    rows += await conn.fetch(queries.CLAIM_PROBE, 1, *lease, probe["host"])
+                for host in await destinations.take_probes(
+                        conn, probe_s=self.config.breaker_probe_s):
+                    rows += await delivery.claim(conn, limit=1, lease_s=lease_s, owner=owner,
+                                                 token=token, probe_host=host)
                     self.counters["probes"] += 1
             if not rows:
                 return 0, want
-            signers = await self.keyring.signers(conn, {r["tenant_id"] for r in rows})
+            signers = await self.keyring.signers(conn, {e.tenant_id for e in rows})
         self.counters["claimed"] += len(rows)
         excess: list[ClaimedEvent] = []
-        for row in rows:
-            event = ClaimedEvent(
-                id=row["id"], event_id=row["event_id"], tenant_id=row["tenant_id"],
-                task_id=row["task_id"], event_type=row["event_type"],
-                callback_url=row["callback_url"], host=row["host"],
-                body=row["body"].encode("utf-8"), attempts=row["attempts"],
-                budget_used=row["budget_used"], token=token,
-            )
+        for event in rows:
             if self._per_host[event.host] >= self.config.per_host_concurrency:
                 excess.append(event)  # give it back rather than hold a lease idle
                 continue
@@ -191,7 +188,7 @@ class Dispatcher:
         try:
             async with self.pool.acquire() as conn:
                 for token, row_ids in by_token.items():
-                    await conn.execute(queries.RELEASE_LEASES, row_ids, token)
+                    await delivery.release_leases(conn, ids=row_ids, token=token)
             self.counters["released"] += len(events)
         except Exception as exc:  # the leases run out by themselves
             log.warning("could not release %d leases: %s", len(events), exc)

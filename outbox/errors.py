@@ -7,6 +7,7 @@ The tree::
     ├── TaskNotFound               no task with that id (for that tenant)
     ├── TenantNotFound             no tenant with that id
     ├── InvalidTransition          the task is not in a state that allows the change
+    │   └── AlreadyPending         its event is still waiting in the outbox
     ├── IdempotencyError
     │   ├── IdempotencyKeyReused   same key, different request body
     │   └── IdempotencyInFlight    same key, the first request is still running
@@ -55,6 +56,10 @@ class InvalidTransition(OutboxError):
         super().__init__(f"task {task_id!r} cannot make that transition")
         self.task_id = task_id
         self.current = current
+
+
+class AlreadyPending(InvalidTransition):
+    """The event is still waiting in the outbox; it needs no second copy."""
 
 
 class IdempotencyError(OutboxError):

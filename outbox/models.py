@@ -5,13 +5,26 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, get_args
+from typing import Any, Literal, NewType, get_args
 
-TaskStatus = Literal["queued", "running", "succeeded", "failed", "cancelled", "timed_out"]
+# Ids are plain text in the database; the types keep a task id from being
+# passed where an event id is meant.
+TaskId = NewType("TaskId", str)
+EventId = NewType("EventId", str)
+TenantId = NewType("TenantId", str)
+
+# Every status set is written here once; the SQL receives them as $n::text[]
+# and tests/test_models.py compares them with the schema's CHECK constraints.
+LiveStatus = Literal["queued", "running"]
+TerminalStatus = Literal["succeeded", "failed", "cancelled", "timed_out"]
+TaskStatus = Literal[LiveStatus, TerminalStatus]
 DeliveryStatus = Literal["none", "pending", "delivered", "dead"]
 Outcome = Literal["delivered", "retry", "dead"]
+CircuitState = Literal["closed", "open", "half-open"]
 
-TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "timed_out"})
+LIVE_STATUSES: tuple[LiveStatus, ...] = get_args(LiveStatus)
+TERMINAL_STATUSES: tuple[TerminalStatus, ...] = get_args(TerminalStatus)
+TERMINAL: frozenset[str] = frozenset(TERMINAL_STATUSES)
 ALL_STATUSES: frozenset[str] = frozenset(get_args(TaskStatus))
 
 
@@ -24,8 +37,8 @@ def iso(ts: datetime | None) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Task:
-    id: str
-    tenant_id: str
+    id: TaskId
+    tenant_id: TenantId
     type: str
     status: TaskStatus
     input: Any
@@ -38,7 +51,7 @@ class Task:
     completed_at: datetime | None
     timeout_at: datetime | None
     version: int
-    event_id: str | None
+    event_id: EventId | None
     delivery_status: DeliveryStatus
     delivery_attempts: int
     last_attempt_at: datetime | None
@@ -94,7 +107,7 @@ class Task:
 class Attempt:
     """One row of a task's delivery log."""
 
-    event_id: str
+    event_id: EventId
     number: int
     attempted_at: datetime
     duration_ms: float

@@ -8,10 +8,10 @@ from collections import Counter
 
 import asyncpg
 
-from . import queries
 from .db import TRANSIENT_ERRORS
 from .delivery import AttemptResult
 from .metrics import ATTEMPT_SECONDS, DELIVERIES
+from .store.delivery import OutcomeRow, record_outcomes
 
 log = logging.getLogger("hookrelay.dispatcher")
 
@@ -27,7 +27,7 @@ class Recorder:
         breaker_threshold: int, breaker_probe_s: float,
     ) -> None:
         self._pool = pool
-        self._breaker = (breaker_threshold, float(breaker_probe_s))
+        self._threshold, self._probe_s = breaker_threshold, float(breaker_probe_s)
         self._counters = counters
         self._batch_size = batch_size
         self._pending: list[AttemptResult] = []
@@ -63,16 +63,13 @@ class Recorder:
                 return
 
     async def _write(self, batch: list[AttemptResult]) -> bool:
-        cols: tuple[list[object], ...] = tuple([] for _ in range(9))
-        for r in batch:
-            for col, value in zip(cols, (
-                r.event.id, r.event.token, r.outcome, r.next_at, r.status_code, r.error,
-                r.attempted_at, r.duration_ms, r.response_prefix,
-            ), strict=True):
-                col.append(value)
+        rows = [OutcomeRow(r.event.id, r.event.token, r.outcome, r.next_at, r.status_code,
+                           r.error, r.attempted_at, r.duration_ms, r.response_prefix)
+                for r in batch]
         try:
             async with self._pool.acquire() as conn:
-                written = await conn.fetch(queries.RECORD_OUTCOMES, *cols, *self._breaker)
+                kept = await record_outcomes(conn, outcomes=rows, breaker_threshold=self._threshold,
+                                             breaker_probe_s=self._probe_s)
         except TRANSIENT_ERRORS as exc:
             log.warning("recording %d outcomes failed, will retry: %s", len(batch), exc)
             return False
@@ -93,7 +90,6 @@ class Recorder:
             # while the pool resets it: the recorder must survive and retry.
             log.warning("recording %d outcomes failed, will retry: %r", len(batch), exc)
             return False
-        kept = {row["id"] for row in written}
         for r in batch:
             outcome = r.outcome if r.event.id in kept else "stale"
             self._counters[outcome] += 1

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import asyncpg
 
-from . import queries
-from .errors import InvalidTransition, TaskNotFound
+from .errors import AlreadyPending, InvalidTransition, TaskNotFound
 from .models import Attempt, Task
+from .store import events, tasks
 from .transitions import destination_host, event_body
 
-
-class AlreadyPending(InvalidTransition):
-    """The event is still waiting in the outbox; it needs no second copy."""
+__all__ = ["AlreadyPending", "attempts", "redeliver"]
 
 
 async def redeliver(
@@ -23,25 +21,24 @@ async def redeliver(
     terminal yet, or :class:`AlreadyPending` if its event is still queued.
     """
     async with conn.transaction():
-        row = await conn.fetchrow(queries.LOCK_TASK, task_id, tenant_id)
-        if row is None:
+        task = await tasks.lock_task(conn, task_id=task_id, tenant_id=tenant_id)
+        if task is None:
             raise TaskNotFound(task_id)
-        task = Task.from_row(row)
         if not task.terminal or task.event_id is None:
             raise InvalidTransition(task_id, task)
-        queued = await conn.fetchval(
-            queries.REQUEUE_EVENT, task.event_id, task.tenant_id, task.id,
-            f"task.{task.status}", task.callback_url, destination_host(task.callback_url),
-            event_body(task),
+        queued = await events.requeue_event(
+            conn, event_id=task.event_id, tenant_id=task.tenant_id, task_id=task.id,
+            event_type=f"task.{task.status}", callback_url=task.callback_url,
+            host=destination_host(task.callback_url), body=event_body(task),
         )
-        if queued is None:
+        if not queued:
             raise AlreadyPending(task_id, task)
-        await conn.execute(queries.MARK_REPLAYED, task.event_id, by)
-        updated = Task.from_row(await conn.fetchrow(queries.DELIVERY_PENDING, task.id))
-        await conn.execute(queries.NOTIFY, task.id)
+        await events.mark_replayed(conn, event_id=task.event_id, by=by)
+        updated = await tasks.mark_delivery_pending(conn, task_id=task.id)
+        await events.notify(conn, task_id=task.id)
     return updated
 
 
 async def attempts(conn: asyncpg.Connection, task_id: str) -> list[Attempt]:
     """Every delivery attempt of the task, oldest first."""
-    return [Attempt.from_row(r) for r in await conn.fetch(queries.TASK_ATTEMPTS, task_id)]
+    return await events.attempts(conn, task_id=task_id)

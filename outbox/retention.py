@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
-from . import queries
+from .store import retention as store
 
 BATCH = 1000
+Purge = Callable[..., Awaitable[int]]
 
 
-async def _purge(pool: asyncpg.Pool, query: str, cutoff: datetime, max_batches: int) -> int:
+async def _purge(pool: asyncpg.Pool, purge: Purge, cutoff: datetime, max_batches: int) -> int:
     total = 0
     for _ in range(max_batches):
         async with pool.acquire() as conn:
-            status = await conn.execute(query, cutoff, BATCH)
-        n = int(status.split()[-1])
+            n = await purge(conn, before=cutoff, limit=BATCH)
         total += n
         if n < BATCH:
             break
@@ -33,8 +34,8 @@ async def purge(
     one long-running delete.
     """
     now = datetime.now(UTC)
-    attempts = await _purge(pool, queries.PURGE_ATTEMPTS,
+    attempts = await _purge(pool, store.purge_attempts,
                             now - timedelta(seconds=attempts_older_than_s), max_batches)
-    tasks = await _purge(pool, queries.PURGE_TASKS,
+    tasks = await _purge(pool, store.purge_tasks,
                          now - timedelta(seconds=tasks_older_than_s), max_batches)
     return attempts, tasks

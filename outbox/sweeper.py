@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from . import queries
 from .db import TRANSIENT_ERRORS
 from .retention import purge
+from .store import tasks
 from .transitions import timeout_task
 
 log = logging.getLogger("hookrelay.sweeper")
@@ -24,7 +24,7 @@ BATCH = 500
 async def sweep_once(pool: asyncpg.Pool, batch: int = BATCH) -> int:
     """Time out one batch of overdue tasks in one transaction; returns how many."""
     async with pool.acquire() as conn, conn.transaction():
-        ids = [r["id"] for r in await conn.fetch(queries.CLAIM_OVERDUE_TASKS, batch)]
+        ids = await tasks.claim_overdue_tasks(conn, limit=batch)
         for task_id in ids:
             # The row lock taken above makes this transition certain to apply.
             await timeout_task(conn, task_id)

@@ -8,9 +8,10 @@ from typing import Any
 
 import asyncpg
 
-from . import ids, queries
+from . import ids
 from .errors import IdempotencyInFlight, IdempotencyKeyReused
-from .models import Task
+from .models import Task, TaskId
+from .store import tasks as store
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,44 +46,38 @@ async def create_task(
     if idempotency is None:
         # One statement, so one round trip: nothing to keep atomic with it.
         # (No NOTIFY: nobody can be waiting on a task that did not exist.)
-        return Task.from_row(await _insert(conn, tenant_id, spec)), True
+        return await _insert(conn, tenant_id, spec), True
+    key = idempotency.key
     async with conn.transaction():
-        locked = await conn.fetchval(queries.IDEMPOTENCY_LOCK, tenant_id, idempotency.key)
-        if not locked:
-            raise IdempotencyInFlight(idempotency.key)
-        seen = await conn.fetchrow(queries.IDEMPOTENCY_GET, tenant_id, idempotency.key)
+        if not await store.idempotency_lock(conn, tenant_id=tenant_id, key=key):
+            raise IdempotencyInFlight(key)
+        seen = await store.idempotency_get(conn, tenant_id=tenant_id, key=key)
         if seen is not None:
-            if seen["request_hash"] != idempotency.request_hash:
-                raise IdempotencyKeyReused(idempotency.key)
-            row = await conn.fetchrow(queries.GET_TASK, seen["task_id"], tenant_id)
-            return Task.from_row(row), False
-        task = Task.from_row(await _insert(conn, tenant_id, spec))
-        try:
-            await conn.execute(
-                queries.IDEMPOTENCY_PUT, tenant_id, idempotency.key,
-                idempotency.request_hash, task.id,
-            )
-        except asyncpg.UniqueViolationError as exc:
-            # The advisory lock makes this unreachable in practice; if two
-            # requests still meet here, the loser must not create a task.
-            raise IdempotencyInFlight(idempotency.key) from exc
+            if seen.request_hash != idempotency.request_hash:
+                raise IdempotencyKeyReused(key)
+            first = await store.get_task(conn, task_id=seen.task_id, tenant_id=tenant_id)
+            # The key's row goes with its task (ON DELETE CASCADE), so it is there.
+            assert first is not None
+            return first, False
+        task = await _insert(conn, tenant_id, spec)
+        await store.idempotency_put(conn, tenant_id=tenant_id, key=key,
+                                    request_hash=idempotency.request_hash, task_id=task.id)
     return task, True
 
 
-async def _insert(conn: asyncpg.Connection, tenant_id: str, spec: NewTask) -> asyncpg.Record:
-    row: asyncpg.Record = await conn.fetchrow(
-        queries.INSERT_TASK, ids.task_id(), tenant_id, spec.type, spec.input,
-        spec.callback_url, spec.metadata, spec.timeout_s,
+async def _insert(conn: asyncpg.Connection, tenant_id: str, spec: NewTask) -> Task:
+    return await store.insert_task(
+        conn, task_id=TaskId(ids.task_id()), tenant_id=tenant_id, type=spec.type,
+        input=spec.input, callback_url=spec.callback_url, metadata=spec.metadata,
+        timeout_s=spec.timeout_s,
     )
-    return row
 
 
 async def get_task(
     conn: asyncpg.Connection, task_id: str, *, tenant_id: str | None = None
 ) -> Task | None:
     """The task, or None if it does not exist (or belongs to another tenant)."""
-    row = await conn.fetchrow(queries.GET_TASK, task_id, tenant_id)
-    return Task.from_row(row) if row is not None else None
+    return await store.get_task(conn, task_id=task_id, tenant_id=tenant_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,11 +96,11 @@ async def list_tasks(
     limit: int = 100,
 ) -> tuple[list[Task], Cursor | None]:
     """One page in (updated_at, id) order and the cursor of the next, if any."""
-    rows = await conn.fetch(
-        queries.LIST_TASKS, tenant_id, status, updated_after,
-        after.updated_at if after else None, after.id if after else None, limit + 1,
+    rows = await store.list_tasks(
+        conn, tenant_id=tenant_id, status=status, updated_after=updated_after,
+        after=(after.updated_at, after.id) if after else None, limit=limit + 1,
     )
-    tasks = [Task.from_row(r) for r in rows[:limit]]
+    tasks = rows[:limit]
     more = len(rows) > limit
     nxt = Cursor(tasks[-1].updated_at, tasks[-1].id) if more and tasks else None
     return tasks, nxt

@@ -9,10 +9,12 @@ from datetime import datetime
 
 import asyncpg
 
-from . import ids, queries
+from . import ids
 from .crypto import SecretBox
 from .errors import TenantNotFound
+from .models import TenantId
 from .signing import generate_secret
+from .store import tenants as store
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,12 +36,12 @@ def hash_api_key(api_key: str) -> bytes:
 
 async def create_tenant(conn: asyncpg.Connection, name: str, box: SecretBox) -> NewTenant:
     """Create a tenant with a fresh API key and signing secret."""
-    tenant_id, api_key, secret = ids.tenant_id(), ids.api_key(), generate_secret()
+    tenant_id, api_key, secret = TenantId(ids.tenant_id()), ids.api_key(), generate_secret()
     async with conn.transaction():
-        await conn.execute(queries.INSERT_TENANT, tenant_id, name, hash_api_key(api_key))
-        await conn.execute(
-            queries.INSERT_SECRET, tenant_id, box.encrypt(secret, aad=tenant_id.encode())
-        )
+        await store.insert_tenant(conn, tenant_id=tenant_id, name=name,
+                                  api_key_hash=hash_api_key(api_key))
+        await store.insert_secret(conn, tenant_id=tenant_id,
+                                  secret_enc=box.encrypt(secret, aad=tenant_id.encode()))
     return NewTenant(tenant_id, name, api_key, secret)
 
 
@@ -49,24 +51,23 @@ async def rotate_secret(
     """Issue a new signing secret; the current ones keep signing for ``overlap_s``."""
     secret = generate_secret()
     async with conn.transaction():
-        if not await conn.fetchval(queries.TENANT_EXISTS, tenant_id):
+        if not await store.tenant_exists(conn, tenant_id=tenant_id):
             raise TenantNotFound(tenant_id)
-        await conn.execute(queries.EXPIRE_SECRETS, tenant_id, float(overlap_s))
-        await conn.execute(
-            queries.INSERT_SECRET, tenant_id, box.encrypt(secret, aad=tenant_id.encode())
-        )
+        await store.expire_secrets(conn, tenant_id=tenant_id, overlap_s=overlap_s)
+        await store.insert_secret(conn, tenant_id=tenant_id,
+                                  secret_enc=box.encrypt(secret, aad=tenant_id.encode()))
     return secret
 
 
 async def authenticate(conn: asyncpg.Connection, api_key: str) -> str | None:
     """The tenant id an API key belongs to, or None."""
     digest = hash_api_key(api_key)
-    row = await conn.fetchrow(queries.TENANT_BY_KEY_HASH, digest)
+    tenant = await store.tenant_by_key_hash(conn, digest=digest)
     # The lookup is by hash already; compare_digest keeps the final check
     # constant-time should the lookup ever become a prefix or range match.
-    if row is None or not hmac.compare_digest(row["api_key_hash"], digest):
+    if tenant is None or not hmac.compare_digest(tenant.api_key_hash, digest):
         return None
-    return str(row["id"])
+    return tenant.id
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,10 +84,10 @@ async def active_secrets(
     """Decrypted secrets that currently sign, per tenant (one query)."""
     values: dict[str, list[str]] = {t: [] for t in tenant_ids}
     expiry: dict[str, datetime | None] = dict.fromkeys(tenant_ids)
-    for row in await conn.fetch(queries.ACTIVE_SECRETS, tenant_ids):
-        tid = row["tenant_id"]
-        values[tid].append(box.decrypt(row["secret_enc"], aad=tid.encode()))
-        if row["expires_at"] is not None:
+    for row in await store.active_secrets(conn, tenant_ids=tenant_ids):
+        tid = row.tenant_id
+        values[tid].append(box.decrypt(row.secret_enc, aad=tid.encode()))
+        if row.expires_at is not None:
             current = expiry[tid]
-            expiry[tid] = row["expires_at"] if current is None else min(current, row["expires_at"])
+            expiry[tid] = row.expires_at if current is None else min(current, row.expires_at)
     return {t: ActiveSecrets(values[t], expiry[t]) for t in tenant_ids}

@@ -9,17 +9,21 @@ all.
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 import asyncpg
 
-from . import ids, queries
+from . import ids
 from .errors import InvalidTransition, TaskNotFound
-from .models import Task, iso
+from .models import LIVE_STATUSES, TERMINAL_STATUSES, EventId, Task, TaskStatus, TerminalStatus, iso
+from .store import events, tasks
 
-TerminalStatus = Literal["succeeded", "failed", "cancelled", "timed_out"]
-TERMINAL_STATUSES: tuple[TerminalStatus, ...] = ("succeeded", "failed", "cancelled", "timed_out")
+__all__ = [
+    "TERMINAL_STATUSES", "TerminalStatus", "cancel_task", "complete_task", "destination_host",
+    "enqueue_event", "event_body", "start_task", "timeout_task",
+]
 
 
 def destination_host(url: str) -> str:
@@ -42,44 +46,38 @@ def event_body(task: Task) -> str:
 async def enqueue_event(conn: asyncpg.Connection, task: Task) -> None:
     """Write the outbox row for ``task``'s terminal event and wake dispatchers."""
     assert task.event_id is not None
-    await conn.execute(
-        queries.INSERT_OUTBOX,
-        task.event_id,
-        task.tenant_id,
-        task.id,
-        f"task.{task.status}",
-        task.callback_url,
-        destination_host(task.callback_url),
-        event_body(task),
+    await events.insert_outbox(
+        conn, event_id=task.event_id, tenant_id=task.tenant_id, task_id=task.id,
+        event_type=f"task.{task.status}", callback_url=task.callback_url,
+        host=destination_host(task.callback_url), body=event_body(task),
     )
 
 
 async def _transition(
     conn: asyncpg.Connection,
     task_id: str,
-    status: str,
-    allowed_from: list[str],
+    status: TaskStatus,
+    allowed_from: Sequence[TaskStatus],
     *,
     result: Any = None,
     error: Any = None,
     tenant_id: str | None = None,
 ) -> Task:
     terminal = status in TERMINAL_STATUSES
-    new_event = ids.event_id() if terminal else None
+    new_event = EventId(ids.event_id()) if terminal else None
     async with conn.transaction():
-        row = await conn.fetchrow(
-            queries.TRANSITION_TASK, task_id, status, result, error, new_event,
-            allowed_from, tenant_id,
+        task = await tasks.transition_task(
+            conn, task_id=task_id, status=status, allowed_from=allowed_from, result=result,
+            error=error, event_id=new_event, tenant_id=tenant_id,
         )
-        if row is None:
-            current = await conn.fetchrow(queries.GET_TASK, task_id, tenant_id)
+        if task is None:
+            current = await tasks.get_task(conn, task_id=task_id, tenant_id=tenant_id)
             if current is None:
                 raise TaskNotFound(task_id)
-            raise InvalidTransition(task_id, Task.from_row(current))
-        task = Task.from_row(row)
+            raise InvalidTransition(task_id, current)
         if terminal:
             await enqueue_event(conn, task)
-        await conn.execute(queries.NOTIFY, task.id)
+        await events.notify(conn, task_id=task.id)
     return task
 
 
@@ -105,7 +103,7 @@ async def complete_task(
     if status not in TERMINAL_STATUSES:
         raise ValueError(f"{status!r} is not a terminal status")
     return await _transition(
-        conn, task_id, status, queries.NON_TERMINAL, result=result, error=error,
+        conn, task_id, status, LIVE_STATUSES, result=result, error=error,
         tenant_id=tenant_id,
     )
 

@@ -10,6 +10,7 @@ from typing import Any
 import asyncpg
 
 from outbox.deadletters import (
+    DeadLetter,
     DeadLetterFilter,
     get_dead_letter,
     list_dead_letters,
@@ -51,8 +52,8 @@ def _filter(args: argparse.Namespace) -> DeadLetterFilter:
     )
 
 
-async def _all(conn: asyncpg.Connection, flt: DeadLetterFilter) -> list[asyncpg.Record]:
-    rows: list[asyncpg.Record] = []
+async def _all(conn: asyncpg.Connection, flt: DeadLetterFilter) -> list[DeadLetter]:
+    rows: list[DeadLetter] = []
     after = None
     while True:
         page, after = await list_dead_letters(conn, flt, after=after, limit=PAGE)
@@ -90,7 +91,7 @@ async def run(conn: asyncpg.Connection, args: argparse.Namespace) -> int:
         return 0
     if args.action == "show":
         row, history = await get_dead_letter(conn, args.event_id)
-        out = {**to_resource(row), "replayedAt": iso(row["replayed_at"]),
+        out = {**to_resource(row), "replayedAt": iso(row.replayed_at),
                "attemptHistory": [a.to_resource() for a in history]}
         print(json.dumps(out, indent=None if args.json else 2))
         return 0

@@ -11,14 +11,14 @@ import contextlib
 from collections import defaultdict
 from collections.abc import Iterator
 
-from outbox import queries
 from outbox.listener import Listener
+from outbox.store import TASKS_CHANNEL
 
 
 class TaskWatcher:
     def __init__(self, dsn: str) -> None:
         self._waiters: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
-        self._listener = Listener(dsn, queries.TASKS_CHANNEL, self._notified,
+        self._listener = Listener(dsn, TASKS_CHANNEL, self._notified,
                                   on_gap=self._wake_all, name="hookrelay-watcher")
 
     async def start(self) -> None:

@@ -15,10 +15,10 @@ import asyncpg
 import pytest
 from aiohttp import web
 
-from outbox import queries
 from outbox.db import create_pool
 from outbox.dispatcher import running
 from outbox.signing import SignatureError, verify
+from outbox.store import delivery
 from outbox.tenants import rotate_secret
 
 from .dispatching import backlog, dispatcher, wait_drained
@@ -162,39 +162,45 @@ async def test_stale_lease_holder_cannot_record(pool, runtime, receiver) -> None
     """Dispatcher A's lease expires, B takes the row over; A's late outcome is dropped."""
     _, [event_id] = await backlog(pool, runtime, receiver.url, 1)
     token_a, token_b = uuid.uuid4(), uuid.uuid4()
-    [row] = await pool.fetch(queries.CLAIM_BATCH, 10, 0.05, "a", token_a, [])
-    await asyncio.sleep(0.1)  # A stalls past its lease
-    [row_b] = await pool.fetch(queries.CLAIM_BATCH, 10, 30.0, "b", token_b, [])
-    assert row_b["id"] == row["id"]
-    now = await pool.fetchval("SELECT now()")
+    async with pool.acquire() as conn:
+        [row] = await delivery.claim(conn, limit=10, lease_s=0.05, owner="a", token=token_a)
+        await asyncio.sleep(0.1)  # A stalls past its lease
+        [row_b] = await delivery.claim(conn, limit=10, lease_s=30.0, owner="b", token=token_b)
+        assert row_b.id == row.id
+        now = await conn.fetchval("SELECT now()")
 
-    def outcome(token: uuid.UUID, result: str) -> list[object]:
-        return [[row["id"]], [token], [result], [None], [200], [None], [now], [1.0], [None],
-                10, 30.0]
+        async def record(token: uuid.UUID) -> set[int]:
+            outcome = delivery.OutcomeRow(row.id, token, "delivered", None, 200, None, now,
+                                          1.0, None)
+            return await delivery.record_outcomes(conn, outcomes=[outcome],
+                                                  breaker_threshold=10, breaker_probe_s=30.0)
 
-    stale = await pool.fetch(queries.RECORD_OUTCOMES, *outcome(token_a, "delivered"))
-    assert stale == []
-    assert await pool.fetchval("SELECT lease_owner FROM outbox WHERE id=$1", row["id"]) == "b"
-    assert await pool.fetchval("SELECT count(*) FROM delivery_attempts") == 0
-    fresh = await pool.fetch(queries.RECORD_OUTCOMES, *outcome(token_b, "delivered"))
-    assert [r["id"] for r in fresh] == [row["id"]]
-    assert await pool.fetchval("SELECT count(*) FROM outbox") == 0
+        assert await record(token_a) == set()
+        assert await conn.fetchval("SELECT lease_owner FROM outbox WHERE id=$1", row.id) == "b"
+        assert await conn.fetchval("SELECT count(*) FROM delivery_attempts") == 0
+        assert await record(token_b) == {row.id}
+        assert await conn.fetchval("SELECT count(*) FROM outbox") == 0
 
 
 async def test_leased_rows_are_not_claimed_twice(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
     await backlog(pool, runtime, receiver.url, 5)
-    a = await pool.fetch(queries.CLAIM_BATCH, 3, 30.0, "a", uuid.uuid4(), [])
-    b = await pool.fetch(queries.CLAIM_BATCH, 10, 30.0, "b", uuid.uuid4(), [])
-    assert len(a) == 3 and len(b) == 2
-    assert not {r["id"] for r in a} & {r["id"] for r in b}
-    assert await pool.fetch(queries.CLAIM_BATCH, 10, 30.0, "c", uuid.uuid4(), []) == []
+    async with pool.acquire() as conn:
+        a = await delivery.claim(conn, limit=3, lease_s=30.0, owner="a", token=uuid.uuid4())
+        b = await delivery.claim(conn, limit=10, lease_s=30.0, owner="b", token=uuid.uuid4())
+        assert len(a) == 3 and len(b) == 2
+        assert not {e.id for e in a} & {e.id for e in b}
+        assert await delivery.claim(conn, limit=10, lease_s=30.0, owner="c",
+                                    token=uuid.uuid4()) == []
 
 
 async def test_saturated_hosts_are_skipped(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
     await backlog(pool, runtime, receiver.url, 3)
     host = f"127.0.0.1:{receiver.port}"
-    assert await pool.fetch(queries.CLAIM_BATCH, 10, 30.0, "a", uuid.uuid4(), [host]) == []
-    assert len(await pool.fetch(queries.CLAIM_BATCH, 10, 30.0, "a", uuid.uuid4(), ["x"])) == 3
+    async with pool.acquire() as conn:
+        assert await delivery.claim(conn, limit=10, lease_s=30.0, owner="a", token=uuid.uuid4(),
+                                    saturated=[host]) == []
+        assert len(await delivery.claim(conn, limit=10, lease_s=30.0, owner="a",
+                                        token=uuid.uuid4(), saturated=["x"])) == 3
 
 
 async def test_two_dispatchers_share_a_backlog(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]

@@ -67,8 +67,8 @@ async def show(request: Request) -> Response:
     except DeadLetterNotFound as exc:
         raise NotFound("dead letter not found") from exc
     body = to_resource(row)
-    body["replayedAt"] = iso(row["replayed_at"])
-    body["replayedBy"] = row["replayed_by"]
+    body["replayedAt"] = iso(row.replayed_at)
+    body["replayedBy"] = row.replayed_by
     body["attemptHistory"] = [a.to_resource() for a in history]
     return JSONResponse(body)
 

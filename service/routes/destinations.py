@@ -6,8 +6,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from outbox import queries
 from outbox.models import iso
+from outbox.store import destinations
 
 from .. import validation
 from ..auth import require_admin
@@ -17,13 +17,13 @@ async def index(request: Request) -> Response:
     await require_admin(request)
     limit = validation.limit(request.query_params.get("limit"))
     async with request.app.state.pool.acquire() as conn:
-        rows = await conn.fetch(queries.LIST_DESTINATIONS, limit)
+        rows = await destinations.list_destinations(conn, limit=limit)
     return JSONResponse({"data": [{
-        "host": r["host"], "state": r["state"],
-        "consecutiveFailures": r["consecutive_failures"], "lastError": r["last_error"],
-        "lastFailureAt": iso(r["last_failure_at"]), "openedAt": iso(r["opened_at"]),
-        "nextProbeAt": iso(r["probe_at"]), "heldDeliveries": r["held"],
-    } for r in rows]})
+        "host": d.host, "state": d.state,
+        "consecutiveFailures": d.consecutive_failures, "lastError": d.last_error,
+        "lastFailureAt": iso(d.last_failure_at), "openedAt": iso(d.opened_at),
+        "nextProbeAt": iso(d.probe_at), "heldDeliveries": d.held,
+    } for d in rows]})
 
 
 routes = [Route("/v1/admin/destinations", index, methods=["GET"])]

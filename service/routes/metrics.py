@@ -8,7 +8,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from outbox import queries
+from outbox.store import destinations
+from outbox.store import metrics as gauges
 
 
 async def metrics(request: Request) -> Response:
@@ -29,17 +30,17 @@ async def metrics(request: Request) -> Response:
                  "Age of the oldest open transaction in the database (it holds back vacuum)",
                  registry=scrape)
     async with request.app.state.pool.acquire() as conn:
-        xact.set(await conn.fetchval(queries.OLDEST_TRANSACTION))
-        stats = await conn.fetchrow(queries.OUTBOX_STATS)
-        depth.set(stats["depth"])
-        oldest.set(stats["oldest_due_s"])
-        for row in await conn.fetch(queries.DEAD_LETTERS_BY_TENANT):
-            dead.labels(row["tenant_id"]).set(row["n"])
-        for row in await conn.fetch(queries.TASKS_BY_STATUS):
-            tasks.labels(row["status"]).set(row["n"])
-        for row in await conn.fetch(queries.LIST_DESTINATIONS, 1000):
-            open_.labels(row["host"]).set(row["state"] != "closed")
-            failing.labels(row["host"]).set(row["consecutive_failures"])
+        xact.set(await gauges.oldest_transaction_s(conn))
+        stats = await gauges.outbox_stats(conn)
+        depth.set(stats.depth)
+        oldest.set(stats.oldest_due_s)
+        for tenant, n in (await gauges.dead_letters_by_tenant(conn)).items():
+            dead.labels(tenant).set(n)
+        for status, n in (await gauges.tasks_by_status(conn)).items():
+            tasks.labels(status).set(n)
+        for d in await destinations.list_destinations(conn, limit=1000):
+            open_.labels(d.host).set(d.state != "closed")
+            failing.labels(d.host).set(d.consecutive_failures)
     body = generate_latest(REGISTRY) + generate_latest(scrape)
     return Response(body, media_type=CONTENT_TYPE_LATEST)
 

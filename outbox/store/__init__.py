@@ -1,0 +1,35 @@
+"""The typed store: the only code that runs SQL.
+
+Every statement of ``outbox/queries.sql`` has one function here, taking an
+asyncpg connection first and keyword-only arguments, and returning frozen
+dataclasses (never an ``asyncpg.Record``). A shifted ``$n`` argument is a
+type error at the call, not a silent wrong write. One module per area:
+
+- :mod:`.tasks`        tasks, their transitions, idempotency keys, the sweeper's claim
+- :mod:`.events`       outbox rows, NOTIFY, requeueing an event, the attempt log
+- :mod:`.delivery`     the dispatcher's claim, lease release and outcome batches
+- :mod:`.destinations` per-host circuit state
+- :mod:`.deadletters`  dead letters: listing, lookup, replay
+- :mod:`.tenants`      tenants and signing secrets
+- :mod:`.metrics`      gauges read at scrape time
+- :mod:`.retention`    purges past retention
+- :mod:`.schema`       the lock that serialises schema changes
+"""
+
+from . import (
+    deadletters,
+    delivery,
+    destinations,
+    events,
+    metrics,
+    retention,
+    schema,
+    tasks,
+    tenants,
+)
+from .events import OUTBOX_CHANNEL, TASKS_CHANNEL
+
+__all__ = [
+    "OUTBOX_CHANNEL", "TASKS_CHANNEL", "deadletters", "delivery", "destinations", "events",
+    "metrics", "retention", "schema", "tasks", "tenants",
+]

@@ -1,0 +1,70 @@
+"""Dead letters: the filtered listing, one letter, and the set-based replay."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from .._queries import sql
+from ..models import EventId, TaskId, TenantId
+
+_LIST_DEAD_LETTERS = sql("list_dead_letters")
+_GET_DEAD_LETTER = sql("get_dead_letter")
+_REPLAY_DEAD_LETTERS = sql("replay_dead_letters")
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterFilter:
+    """Which letters a listing or replay covers; None means any."""
+
+    tenant_id: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    event_type: str | None = None
+    event_id: str | None = None
+
+    def args(self) -> tuple[Any, ...]:
+        return (self.tenant_id, self.since, self.until, self.event_type, self.event_id)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    event_id: EventId
+    tenant_id: TenantId
+    task_id: TaskId
+    event_type: str
+    callback_url: str
+    created_at: datetime
+    failed_at: datetime
+    attempts: int
+    last_error: str | None
+    last_status_code: int | None
+    replay_count: int
+    replayed_at: datetime | None
+    replayed_by: str | None
+
+
+async def list_dead_letters(
+    conn: asyncpg.Connection, *, flt: DeadLetterFilter,
+    after: tuple[datetime, str] | None = None, limit: int,
+) -> list[DeadLetter]:
+    """Up to ``limit`` unreplayed letters in (failed_at, event_id) order after ``after``."""
+    rows = await conn.fetch(_LIST_DEAD_LETTERS, *flt.args(), after[0] if after else None,
+                            after[1] if after else None, limit)
+    return [DeadLetter(*r) for r in rows]
+
+
+async def get_dead_letter(conn: asyncpg.Connection, *, event_id: str) -> DeadLetter | None:
+    """The letter, replayed or not."""
+    row = await conn.fetchrow(_GET_DEAD_LETTER, event_id)
+    return DeadLetter(*row) if row is not None else None
+
+
+async def replay_dead_letters(
+    conn: asyncpg.Connection, *, flt: DeadLetterFilter, limit: int, by: str
+) -> list[EventId]:
+    """Move up to ``limit`` matching letters back to the outbox; their event ids."""
+    return [r[0] for r in await conn.fetch(_REPLAY_DEAD_LETTERS, *flt.args(), limit, by)]

@@ -1,0 +1,89 @@
+"""The dispatcher's statements: claim under a lease, give leases back, record outcomes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+import asyncpg
+
+from .._queries import sql
+from ..models import EventId, Outcome, TaskId, TenantId
+
+_CLAIM = sql("claim")
+_RELEASE_LEASES = sql("release_leases")
+_RECORD_OUTCOMES = sql("record_outcomes")
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedEvent:
+    """An outbox row this dispatcher holds a lease on."""
+
+    id: int
+    event_id: EventId
+    tenant_id: TenantId
+    task_id: TaskId
+    event_type: str
+    callback_url: str
+    host: str
+    body: bytes
+    attempts: int
+    budget_used: int
+    token: UUID
+
+
+async def claim(
+    conn: asyncpg.Connection, *, limit: int, lease_s: float, owner: str, token: UUID,
+    saturated: Sequence[str] = (), probe_host: str | None = None,
+) -> list[ClaimedEvent]:
+    """Lease up to ``limit`` due events for ``lease_s`` seconds under ``token``.
+
+    Without ``probe_host``: skips hosts in ``saturated`` and hosts whose circuit
+    is not closed. With it: that host's due events only (a circuit probe).
+    """
+    rows = await conn.fetch(_CLAIM, limit, lease_s, owner, token, saturated, probe_host)
+    # The hot path: one construction per row, positional in RETURNING's order.
+    return [ClaimedEvent(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7].encode("utf-8"),
+                         r[8], r[9], token) for r in rows]
+
+
+async def release_leases(conn: asyncpg.Connection, *, ids: Sequence[int], token: UUID) -> None:
+    """Give rows back untouched; rows no longer under ``token`` are left alone."""
+    await conn.execute(_RELEASE_LEASES, ids, token)
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeRow:
+    """One attempt's outcome, as :func:`record_outcomes` writes it."""
+
+    id: int
+    token: UUID
+    outcome: Outcome
+    next_at: datetime | None
+    status_code: int | None
+    error: str | None
+    attempted_at: datetime
+    duration_ms: float
+    response_prefix: str | None
+
+
+async def record_outcomes(
+    conn: asyncpg.Connection, *, outcomes: Sequence[OutcomeRow], breaker_threshold: int,
+    breaker_probe_s: float,
+) -> set[int]:
+    """Write a batch of outcomes in one statement; the ids whose lease still held.
+
+    Outcomes of rows another dispatcher took over are dropped (fenced on the
+    token). Raises asyncpg errors as they come: the recorder decides to retry.
+    """
+    cols: tuple[list[object], ...] = tuple([] for _ in range(9))
+    for o in outcomes:
+        for col, value in zip(cols, (
+            o.id, o.token, o.outcome, o.next_at, o.status_code, o.error, o.attempted_at,
+            o.duration_ms, o.response_prefix,
+        ), strict=True):
+            col.append(value)
+    rows = await conn.fetch(_RECORD_OUTCOMES, *cols, breaker_threshold, float(breaker_probe_s))
+    return {r[0] for r in rows}

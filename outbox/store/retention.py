@@ -1,0 +1,27 @@
+"""Purges past retention, one bounded batch per call."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import asyncpg
+
+from .._queries import sql
+from ..models import TERMINAL_STATUSES
+
+_PURGE_ATTEMPTS = sql("purge_attempts")
+_PURGE_TASKS = sql("purge_tasks")
+
+
+def _count(status: str) -> int:
+    return int(status.split()[-1])
+
+
+async def purge_attempts(conn: asyncpg.Connection, *, before: datetime, limit: int) -> int:
+    """Delete up to ``limit`` attempt rows of finished events older than ``before``."""
+    return _count(await conn.execute(_PURGE_ATTEMPTS, before, limit))
+
+
+async def purge_tasks(conn: asyncpg.Connection, *, before: datetime, limit: int) -> int:
+    """Delete up to ``limit`` terminal tasks completed before ``before``, event not pending."""
+    return _count(await conn.execute(_PURGE_TASKS, before, limit, TERMINAL_STATUSES))

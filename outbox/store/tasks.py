@@ -1,0 +1,119 @@
+"""Task rows: insert, lookup, the guarded transition, the listing, idempotency keys."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from .._queries import sql
+from ..errors import IdempotencyInFlight
+from ..models import LIVE_STATUSES, EventId, Task, TaskId, TaskStatus, TenantId
+
+_INSERT_TASK = sql("insert_task")
+_GET_TASK = sql("get_task")
+_LOCK_TASK = sql("lock_task")
+_LIST_TASKS = sql("list_tasks")
+_TRANSITION_TASK = sql("transition_task")
+_DELIVERY_PENDING = sql("delivery_pending")
+_CLAIM_OVERDUE_TASKS = sql("claim_overdue_tasks")
+_IDEMPOTENCY_LOCK = sql("idempotency_lock")
+_IDEMPOTENCY_GET = sql("idempotency_get")
+_IDEMPOTENCY_PUT = sql("idempotency_put")
+
+
+def _task(row: asyncpg.Record | None) -> Task | None:
+    return Task.from_row(row) if row is not None else None
+
+
+async def insert_task(
+    conn: asyncpg.Connection, *, task_id: TaskId, tenant_id: str, type: str, input: Any,
+    callback_url: str, metadata: Any, timeout_s: float | None,
+) -> Task:
+    """A new queued task; ``timeout_s`` None means no deadline."""
+    row = await conn.fetchrow(_INSERT_TASK, task_id, tenant_id, type, input, callback_url,
+                              metadata, timeout_s)
+    return Task.from_row(row)
+
+
+async def get_task(
+    conn: asyncpg.Connection, *, task_id: str, tenant_id: str | None = None
+) -> Task | None:
+    """The task; ``tenant_id`` None means any tenant (executor and ops)."""
+    return _task(await conn.fetchrow(_GET_TASK, task_id, tenant_id))
+
+
+async def lock_task(
+    conn: asyncpg.Connection, *, task_id: str, tenant_id: str | None = None
+) -> Task | None:
+    """The task, row-locked until the caller's transaction ends."""
+    return _task(await conn.fetchrow(_LOCK_TASK, task_id, tenant_id))
+
+
+async def list_tasks(
+    conn: asyncpg.Connection, *, tenant_id: str, status: str | None,
+    updated_after: datetime | None, after: tuple[datetime, str] | None, limit: int,
+) -> list[Task]:
+    """Up to ``limit`` tasks in (updated_at, id) order after the ``after`` cursor,
+    stopping at the oldest open transaction (see queries.sql)."""
+    rows = await conn.fetch(
+        _LIST_TASKS, tenant_id, status, updated_after,
+        after[0] if after else None, after[1] if after else None, limit,
+    )
+    return [Task.from_row(r) for r in rows]
+
+
+async def transition_task(
+    conn: asyncpg.Connection, *, task_id: str, status: TaskStatus,
+    allowed_from: Sequence[TaskStatus], result: Any = None, error: Any = None,
+    event_id: EventId | None = None, tenant_id: str | None = None,
+) -> Task | None:
+    """Move the task to ``status`` if it is in one of ``allowed_from``; None if not
+    (or if it does not exist). An ``event_id`` starts the delivery summary."""
+    return _task(await conn.fetchrow(
+        _TRANSITION_TASK, task_id, status, result, error, event_id, allowed_from, tenant_id,
+    ))
+
+
+async def mark_delivery_pending(conn: asyncpg.Connection, *, task_id: TaskId) -> Task:
+    """The task's delivery summary back to pending, due now."""
+    return Task.from_row(await conn.fetchrow(_DELIVERY_PENDING, task_id))
+
+
+async def claim_overdue_tasks(conn: asyncpg.Connection, *, limit: int) -> list[TaskId]:
+    """Live tasks past their deadline, row-locked (SKIP LOCKED) for this transaction."""
+    return [r["id"] for r in await conn.fetch(_CLAIM_OVERDUE_TASKS, limit, LIVE_STATUSES)]
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyRecord:
+    request_hash: bytes
+    task_id: TaskId
+
+
+async def idempotency_lock(conn: asyncpg.Connection, *, tenant_id: str, key: str) -> bool:
+    """Try the key's transaction-scoped lock; False if another transaction holds it."""
+    return bool(await conn.fetchval(_IDEMPOTENCY_LOCK, tenant_id, key))
+
+
+async def idempotency_get(
+    conn: asyncpg.Connection, *, tenant_id: str, key: str
+) -> IdempotencyRecord | None:
+    row = await conn.fetchrow(_IDEMPOTENCY_GET, tenant_id, key)
+    return IdempotencyRecord(row["request_hash"], row["task_id"]) if row is not None else None
+
+
+async def idempotency_put(
+    conn: asyncpg.Connection, *, tenant_id: TenantId | str, key: str, request_hash: bytes,
+    task_id: TaskId,
+) -> None:
+    """Remember the key; :class:`IdempotencyInFlight` if a racing request stored it first."""
+    try:
+        await conn.execute(_IDEMPOTENCY_PUT, tenant_id, key, request_hash, task_id)
+    except asyncpg.UniqueViolationError as exc:
+        # The advisory lock makes this unreachable in practice; if two
+        # requests still meet here, the loser must not create a task.
+        raise IdempotencyInFlight(key) from exc

@@ -1,0 +1,68 @@
+"""Tenants (API keys stored hashed) and signing secrets (stored encrypted)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import asyncpg
+
+from .._queries import sql
+from ..models import TenantId
+
+_INSERT_TENANT = sql("insert_tenant")
+_INSERT_SECRET = sql("insert_secret")
+_EXPIRE_SECRETS = sql("expire_secrets")
+_TENANT_EXISTS = sql("tenant_exists")
+_TENANT_BY_KEY_HASH = sql("tenant_by_key_hash")
+_ACTIVE_SECRETS = sql("active_secrets")
+
+
+@dataclass(frozen=True, slots=True)
+class TenantKey:
+    id: TenantId
+    name: str
+    api_key_hash: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SecretRow:
+    tenant_id: TenantId
+    secret_enc: bytes
+    expires_at: datetime | None
+
+
+async def insert_tenant(
+    conn: asyncpg.Connection, *, tenant_id: TenantId, name: str, api_key_hash: bytes
+) -> None:
+    await conn.execute(_INSERT_TENANT, tenant_id, name, api_key_hash)
+
+
+async def insert_secret(
+    conn: asyncpg.Connection, *, tenant_id: TenantId | str, secret_enc: bytes
+) -> None:
+    await conn.execute(_INSERT_SECRET, tenant_id, secret_enc)
+
+
+async def expire_secrets(
+    conn: asyncpg.Connection, *, tenant_id: TenantId | str, overlap_s: float
+) -> None:
+    """Every secret still signing keeps doing so for ``overlap_s`` more seconds, no longer."""
+    await conn.execute(_EXPIRE_SECRETS, tenant_id, float(overlap_s))
+
+
+async def tenant_exists(conn: asyncpg.Connection, *, tenant_id: str) -> bool:
+    return bool(await conn.fetchval(_TENANT_EXISTS, tenant_id))
+
+
+async def tenant_by_key_hash(conn: asyncpg.Connection, *, digest: bytes) -> TenantKey | None:
+    row = await conn.fetchrow(_TENANT_BY_KEY_HASH, digest)
+    return TenantKey(*row) if row is not None else None
+
+
+async def active_secrets(
+    conn: asyncpg.Connection, *, tenant_ids: Sequence[str]
+) -> list[SecretRow]:
+    """Secrets that sign now, per tenant newest first."""
+    return [SecretRow(*r) for r in await conn.fetch(_ACTIVE_SECRETS, tenant_ids)]
