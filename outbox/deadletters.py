@@ -9,6 +9,7 @@ import asyncpg
 
 from .errors import AlreadyReplayed, DeadLetterNotFound
 from .models import Attempt, EventId, iso
+from .requeue import put_back
 from .store import deadletters as store
 from .store import events
 from .store.deadletters import DeadLetter, DeadLetterFilter
@@ -58,10 +59,8 @@ async def replay_batch(
 ) -> list[EventId]:
     """Move up to ``limit`` matching letters back to the outbox; their event ids."""
     async with conn.transaction():
-        replayed = await store.replay_dead_letters(conn, flt=flt, limit=limit, by=by)
-        if replayed:
-            await events.notify(conn)
-    return replayed
+        picked = await store.pick_dead_letters(conn, flt=flt, limit=limit)
+        return await put_back(conn, picked, by=by) if picked else []
 
 
 async def replay_one(conn: asyncpg.Connection, event_id: str, *, by: str) -> None:

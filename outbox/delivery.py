@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from .errors import BlockedDestination, TransportError
+from .errors import BlockedDestination, InvalidCallbackUrl, TransportError
 from .http import Sender
 from .models import Outcome
 from .retry import RetryPolicy, parse_retry_after
@@ -40,7 +40,8 @@ class AttemptResult:
     next_at: datetime | None = None
 
 
-@dataclass(frozen=True, slots=True)
+# No slots: the class attributes are the defaults, which the settings read.
+@dataclass(frozen=True)
 class AttemptLimits:
     total_timeout_s: float = 15.0
     max_response_bytes: int = 65_536
@@ -106,7 +107,7 @@ async def attempt(
         outcome, error = "retry", f"timed out after {limits.total_timeout_s:g}s"
     except BlockedDestination as exc:
         outcome, error = "dead", f"destination refused: {exc.reason}"
-    except ValueError as exc:
+    except InvalidCallbackUrl as exc:
         outcome, error = "dead", f"invalid callback URL: {exc}"
     except TransportError as exc:
         outcome, error = "retry", str(exc)

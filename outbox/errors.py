@@ -7,18 +7,22 @@ The tree::
     ├── TaskNotFound               no task with that id (for that tenant)
     ├── TenantNotFound             no tenant with that id
     ├── InvalidTransition          the task is not in a state that allows the change
+    │   ├── NotTerminal            redelivery asked of a task with no terminal event yet
     │   └── AlreadyPending         its event is still waiting in the outbox
     ├── IdempotencyError
     │   ├── IdempotencyKeyReused   same key, different request body
     │   └── IdempotencyInFlight    same key, the first request is still running
     ├── DeadLetterNotFound         no dead letter with that event id
     ├── AlreadyReplayed            the dead letter is already back in the outbox
+    ├── InvalidCallbackUrl         a callback URL is malformed (also a ValueError)
     ├── BlockedDestination         a callback URL points where we must not connect
     ├── TransportError             an HTTP exchange with a receiver failed
+    ├── SignatureError             a received webhook failed verification (also a ValueError)
     └── ConfigurationError         a bad key, secret or setting
 
-asyncpg errors are mapped to these at the query layer, so callers never need to
-import asyncpg to handle a business outcome.
+asyncpg errors that are business outcomes (a unique key taken) are mapped to
+these in ``outbox.store``, so callers never need to import asyncpg to handle
+one. service/errors.py maps each of them to one HTTP answer.
 """
 
 from __future__ import annotations
@@ -58,6 +62,10 @@ class InvalidTransition(OutboxError):
         self.current = current
 
 
+class NotTerminal(InvalidTransition):
+    """Redelivery asked of a task that has no terminal event yet."""
+
+
 class AlreadyPending(InvalidTransition):
     """The event is still waiting in the outbox; it needs no second copy."""
 
@@ -90,6 +98,13 @@ class AlreadyReplayed(OutboxError):
         self.event_id = event_id
 
 
+class InvalidCallbackUrl(OutboxError, ValueError):
+    """A callback URL is malformed or uses what is not allowed (scheme, credentials...).
+
+    Also a ValueError, as the URL checks raised before this class existed.
+    """
+
+
 class BlockedDestination(OutboxError):
     """A callback URL resolves to an address the SSRF guard refuses."""
 
@@ -100,6 +115,10 @@ class BlockedDestination(OutboxError):
 
 class TransportError(OutboxError):
     """Connecting to a receiver, or reading its answer, failed: worth retrying."""
+
+
+class SignatureError(OutboxError, ValueError):
+    """A received webhook failed verification; the message says why."""
 
 
 class ConfigurationError(OutboxError):

@@ -307,24 +307,41 @@ SELECT id FROM tasks
 -- name: lock_task
 SELECT * FROM tasks WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2) FOR UPDATE;
 
--- name: requeue_event
--- Back into the outbox under the same event id with a fresh attempt budget;
--- attempts continues from the log so attempt numbers stay unique per event.
--- ON CONFLICT: an event already waiting is not queued twice (returns no row).
-INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host, body, attempts)
-VALUES ($1, $2, $3, $4, $5, $6, $7,
-        COALESCE((SELECT max(number) FROM delivery_attempts WHERE event_id = $1), 0))
-ON CONFLICT (event_id) DO NOTHING
-RETURNING id;
-
--- name: mark_replayed
-UPDATE dead_letters SET replayed_at = now(), replayed_by = $2, replay_count = replay_count + 1
- WHERE event_id = $1 AND replayed_at IS NULL;
-
--- name: delivery_pending
-UPDATE tasks SET delivery_status = 'pending', next_attempt_at = now(), updated_at = now()
- WHERE id = $1
-RETURNING *;
+-- name: requeue_events
+-- Put events back into the outbox, one row per element of the arrays $1..$7,
+-- under their own event ids and with a fresh attempt budget (budget_used 0);
+-- attempts carries on from the log so attempt numbers stay unique per event.
+-- ON CONFLICT: an event still waiting is not queued twice, and not returned.
+-- For the events queued, their open dead letters are closed as replayed by $8
+-- and their tasks' delivery summaries go back to pending. Shared by redelivery
+-- and dead-letter replay, so both put an event back the same way.
+WITH input AS (
+    SELECT *
+      FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                  $7::text[])
+        AS i(event_id, tenant_id, task_id, event_type, callback_url, host, body)
+),
+queued AS (
+    INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host, body,
+                        attempts)
+    SELECT i.event_id, i.tenant_id, i.task_id, i.event_type, i.callback_url, i.host, i.body,
+           COALESCE((SELECT max(a.number) FROM delivery_attempts a
+                      WHERE a.event_id = i.event_id), 0)
+      FROM input i
+    ON CONFLICT (event_id) DO NOTHING
+    RETURNING event_id, task_id
+),
+marked AS (
+    UPDATE dead_letters d
+       SET replayed_at = now(), replayed_by = $8, replay_count = d.replay_count + 1
+      FROM queued q WHERE d.event_id = q.event_id AND d.replayed_at IS NULL
+),
+summary AS (
+    UPDATE tasks t
+       SET delivery_status = 'pending', next_attempt_at = now(), updated_at = now()
+      FROM queued q WHERE t.id = q.task_id AND t.event_id = q.event_id
+)
+SELECT event_id FROM queued;
 
 -- name: attempts
 -- A task's delivery log, oldest first; $2 narrows it to one of its events
@@ -360,38 +377,16 @@ SELECT event_id, tenant_id, task_id, event_type, callback_url, created_at, faile
   FROM dead_letters
  WHERE event_id = $1;
 
--- name: replay_dead_letters
--- Up to $6 matching letters back into the outbox, in one statement.
+-- name: pick_dead_letters
+-- Up to $6 matching letters to replay, row-locked for the caller's transaction.
 -- FOR UPDATE SKIP LOCKED: two replays racing over the same letters split them
--- instead of both inserting; the outbox's unique event_id is the backstop.
--- Same event id and original body; attempts carries on (unique numbering) and
--- budget_used starts again at 0 (a fresh attempt budget). $7 = who replayed.
-WITH picked AS (
-    SELECT * FROM dead_letters
-     WHERE {{_dead_filter}}
-     ORDER BY failed_at, event_id
-     LIMIT $6
-       FOR UPDATE SKIP LOCKED
-),
-queued AS (
-    INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host, body,
-                        attempts)
-    SELECT event_id, tenant_id, task_id, event_type, callback_url, host, body, attempts
-      FROM picked
-    ON CONFLICT (event_id) DO NOTHING
-    RETURNING event_id, task_id
-),
-marked AS (
-    UPDATE dead_letters d
-       SET replayed_at = now(), replayed_by = $7, replay_count = d.replay_count + 1
-      FROM queued q WHERE d.event_id = q.event_id
-),
-summary AS (
-    UPDATE tasks t
-       SET delivery_status = 'pending', next_attempt_at = now(), updated_at = now()
-      FROM queued q WHERE t.id = q.task_id AND t.event_id = q.event_id
-)
-SELECT event_id FROM queued;
+-- instead of both requeueing; the outbox's unique event_id is the backstop.
+SELECT event_id, tenant_id, task_id, event_type, callback_url, host, body
+  FROM dead_letters
+ WHERE {{_dead_filter}}
+ ORDER BY failed_at, event_id
+ LIMIT $6
+   FOR UPDATE SKIP LOCKED;
 
 -- name: purge_attempts
 -- Small batches ($2 rows) so no delete holds locks or bloats WAL for long.

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncpg
 
-from .errors import AlreadyPending, InvalidTransition, TaskNotFound
+from .errors import AlreadyPending, NotTerminal, TaskNotFound
 from .models import Attempt, Task
+from .requeue import OutboxEvent, put_back
 from .store import events, tasks
 from .transitions import destination_host, event_body
 
@@ -17,7 +18,7 @@ async def redeliver(
 ) -> Task:
     """Queue the terminal event of ``task_id`` again (same event id, fresh budget).
 
-    Raises :class:`TaskNotFound`, :class:`InvalidTransition` if the task is not
+    Raises :class:`TaskNotFound`, :class:`NotTerminal` if the task is not
     terminal yet, or :class:`AlreadyPending` if its event is still queued.
     """
     async with conn.transaction():
@@ -25,17 +26,16 @@ async def redeliver(
         if task is None:
             raise TaskNotFound(task_id)
         if not task.terminal or task.event_id is None:
-            raise InvalidTransition(task_id, task)
-        queued = await events.requeue_event(
-            conn, event_id=task.event_id, tenant_id=task.tenant_id, task_id=task.id,
+            raise NotTerminal(task_id, task)
+        event = OutboxEvent(
+            event_id=task.event_id, tenant_id=task.tenant_id, task_id=task.id,
             event_type=f"task.{task.status}", callback_url=task.callback_url,
             host=destination_host(task.callback_url), body=event_body(task),
         )
-        if not queued:
+        if not await put_back(conn, [event], by=by, task_id=task.id):
             raise AlreadyPending(task_id, task)
-        await events.mark_replayed(conn, event_id=task.event_id, by=by)
-        updated = await tasks.mark_delivery_pending(conn, task_id=task.id)
-        await events.notify(conn, task_id=task.id)
+        updated = await tasks.get_task(conn, task_id=task.id)
+    assert updated is not None  # locked above, so still there
     return updated
 
 

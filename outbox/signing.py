@@ -16,16 +16,12 @@ import secrets as _secrets
 import time
 from collections.abc import Mapping, Sequence
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, SignatureError
 
 SECRET_PREFIX = "whsec_"
 SIGNATURE_VERSION = "v1"
 DEFAULT_TOLERANCE_S = 300.0
 _SECRET_BYTES = 32
-
-
-class SignatureError(ValueError):
-    """A received webhook failed verification; the message says why."""
 
 
 def generate_secret() -> str:

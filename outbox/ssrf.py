@@ -20,7 +20,7 @@ import aiohttp
 import idna
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from outbox.errors import BlockedDestination, ConfigurationError
+from outbox.errors import BlockedDestination, ConfigurationError, InvalidCallbackUrl
 
 if TYPE_CHECKING:
     from aiohttp.tracing import Trace
@@ -124,30 +124,31 @@ class AddressPolicy:
     def check_url(self, url: str) -> ParsedTarget:
         """Check a callback URL's syntax, and its address if the host is an IP literal.
 
-        Raises ``ValueError`` for a malformed URL, ``BlockedDestination`` for a blocked
+        Raises :class:`InvalidCallbackUrl` for a malformed URL, ``BlockedDestination`` for a blocked
         literal. Host names are not resolved here; see ``guard_target``.
         """
         if len(url) > MAX_URL_LENGTH:
-            raise ValueError(f"URL is longer than {MAX_URL_LENGTH} characters")
+            raise InvalidCallbackUrl(f"URL is longer than {MAX_URL_LENGTH} characters")
         if any(c == "\\" or c.isspace() or not c.isprintable() for c in url):
-            raise ValueError("URL contains whitespace, control characters or backslashes")
+            raise InvalidCallbackUrl("URL contains whitespace, control characters or backslashes")
         try:
             parts = urlsplit(url)
         except ValueError as exc:
-            raise ValueError(f"malformed URL: {exc}") from None
+            raise InvalidCallbackUrl(f"malformed URL: {exc}") from None
         if parts.scheme not in _DEFAULT_PORTS:
-            raise ValueError("URL must be an absolute http:// or https:// URL")
+            raise InvalidCallbackUrl("URL must be an absolute http:// or https:// URL")
         if parts.scheme == "http" and not self.allow_http:
-            raise ValueError("plain http URLs are not allowed; use https")
+            raise InvalidCallbackUrl("plain http URLs are not allowed; use https")
         if "#" in url:
-            raise ValueError("URL must not contain a fragment")
+            raise InvalidCallbackUrl("URL must not contain a fragment")
         if "@" in parts.netloc:
-            raise ValueError("URL must not contain credentials")
+            raise InvalidCallbackUrl("URL must not contain credentials")
         host, bracketed, port_text = _split_netloc(parts.netloc)
         port = _DEFAULT_PORTS[parts.scheme]
         if port_text:
             if not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) < 65536:
-                raise ValueError(f"port must be a number from 1 to 65535, not {port_text!r}")
+                raise InvalidCallbackUrl(
+                    f"port must be a number from 1 to 65535, not {port_text!r}")
             port = int(port_text)
         host, literal = _normalize_host(host, bracketed)
         if literal is not None:
@@ -155,7 +156,8 @@ class AddressPolicy:
             if reason is not None:
                 raise BlockedDestination(reason)
             if host != str(literal):
-                raise ValueError(f"host {host!r} is a non-canonical IPv4 address ({literal})")
+                raise InvalidCallbackUrl(
+                    f"host {host!r} is a non-canonical IPv4 address ({literal})")
         return ParsedTarget(parts.scheme, host, port, url)
 
 
@@ -168,9 +170,9 @@ def _split_netloc(netloc: str) -> tuple[str, bool, str]:
         host, sep, port = netloc.partition(":")
         rest, bracketed = sep + port, False
     if not host:
-        raise ValueError("URL must include a host")
+        raise InvalidCallbackUrl("URL must include a host")
     if rest and not rest.startswith(":"):
-        raise ValueError(f"malformed host and port {netloc!r}")
+        raise InvalidCallbackUrl(f"malformed host and port {netloc!r}")
     return host, bracketed, rest[1:]
 
 
@@ -180,21 +182,21 @@ def _normalize_host(host: str, bracketed: bool) -> tuple[str, IPAddress | None]:
         try:
             addr = ipaddress.IPv6Address(host)
         except ValueError:
-            raise ValueError(f"invalid IPv6 literal [{host}]") from None
+            raise InvalidCallbackUrl(f"invalid IPv6 literal [{host}]") from None
         if addr.scope_id:  # a zone id names an interface of ours
-            raise ValueError(f"IPv6 zone ids are not allowed: [{host}]")
+            raise InvalidCallbackUrl(f"IPv6 zone ids are not allowed: [{host}]")
         return addr.compressed, addr
     try:
         host = host.lower() if host.isascii() else idna.encode(host, uts46=True).decode()
     except UnicodeError as exc:  # idna.IDNAError included
-        raise ValueError(f"invalid international host name {host!r}: {exc}") from None
+        raise InvalidCallbackUrl(f"invalid international host name {host!r}: {exc}") from None
     try:
         return host, ipaddress.IPv4Address(host)
     except ValueError:
         pass
     name = host.removesuffix(".")
     if len(name) > 253 or not all(_LABEL.fullmatch(label) for label in name.split(".")):
-        raise ValueError(f"invalid host name {host!r}")
+        raise InvalidCallbackUrl(f"invalid host name {host!r}")
     # The C resolver reads '127.1', '0x7f000001' or '2130706433' as addresses.
     try:
         return host, ipaddress.IPv4Address(socket.inet_aton(name))

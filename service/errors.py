@@ -13,13 +13,16 @@ The tree::
     ├── Unprocessable          422  well-formed JSON that fails validation
     └── ServiceUnavailable     503  the database is unreachable
 
-Unexpected exceptions become a 500 with the same shape and no trace; the
-trace goes to the log.
+Errors of ``outbox`` become HTTP answers through one table, ``OUTBOX_ANSWERS``;
+routes let them propagate. Unexpected exceptions become a 500 with the same
+shape and no trace; the trace goes to the log.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.exceptions import HTTPException
@@ -27,7 +30,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from outbox.db import TRANSIENT_ERRORS
-from outbox.errors import DatabaseUnavailable
+from outbox.errors import (
+    AlreadyPending,
+    AlreadyReplayed,
+    DatabaseUnavailable,
+    DeadLetterNotFound,
+    IdempotencyInFlight,
+    IdempotencyKeyReused,
+    InvalidTransition,
+    NotTerminal,
+    OutboxError,
+    TaskNotFound,
+    TenantNotFound,
+)
 
 log = logging.getLogger("hookrelay.api")
 
@@ -123,10 +138,63 @@ async def on_unexpected(request: Request, exc: Exception) -> Response:
     return error_response(500, "internal_error", "internal server error")
 
 
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """How one outbox error is shown: status, code, message (None: the error's own)."""
+
+    status: int
+    code: str
+    message: Callable[[Any], str] | str | None = None
+    with_task: bool = False  # add the task as it is now (InvalidTransition.current)
+    headers: dict[str, str] | None = None
+
+
+def _transition_message(exc: InvalidTransition) -> str:
+    return f"task is {exc.current.status}; that transition is not allowed"
+
+
+# The most specific class wins (looked up along the exception's MRO).
+OUTBOX_ANSWERS: dict[type[OutboxError], Answer] = {
+    TaskNotFound: Answer(404, "not_found", "task not found"),
+    TenantNotFound: Answer(404, "not_found", "tenant not found"),
+    DeadLetterNotFound: Answer(404, "not_found", "dead letter not found"),
+    AlreadyReplayed: Answer(409, "already_replayed", "this dead letter was already replayed"),
+    IdempotencyKeyReused: Answer(422, "idempotency_key_reused"),
+    IdempotencyInFlight: Answer(409, "idempotency_in_flight", headers={"Retry-After": "1"}),
+    InvalidTransition: Answer(409, "invalid_transition", _transition_message, with_task=True),
+    NotTerminal: Answer(409, "not_terminal", "the task has no terminal event yet",
+                        with_task=True),
+    AlreadyPending: Answer(409, "delivery_pending", "the event is already waiting for delivery",
+                           with_task=True),
+}
+
+
+def answer_for(exc: OutboxError) -> Answer | None:
+    for cls in type(exc).__mro__:
+        found = OUTBOX_ANSWERS.get(cls)
+        if found is not None:
+            return found
+    return None
+
+
+async def on_outbox_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, OutboxError)
+    found = answer_for(exc)
+    if found is None:  # an outbox error no request should meet: a bug, not bad input
+        return await on_unexpected(request, exc)
+    message = found.message
+    text = message(exc) if callable(message) else message if message is not None else str(exc)
+    extra = None
+    if found.with_task and isinstance(exc, InvalidTransition):
+        extra = {"task": exc.current.to_resource()}
+    return error_response(found.status, found.code, text, extra=extra, headers=found.headers)
+
+
 HANDLERS: dict[Any, Any] = {
     ApiError: on_api_error,
     HTTPException: on_http_exception,
     DatabaseUnavailable: on_unavailable,
+    OutboxError: on_outbox_error,
     # Whatever asyncpg raises while the server is down, restarting or full.
     **dict.fromkeys(TRANSIENT_ERRORS, on_unavailable),
     Exception: on_unexpected,

@@ -11,7 +11,7 @@ import socket
 from datetime import datetime
 from typing import Any
 
-from outbox.errors import BlockedDestination
+from outbox.errors import BlockedDestination, InvalidCallbackUrl
 from outbox.ssrf import AddressPolicy, guard_target
 from outbox.tasks import Cursor, NewTask
 from outbox.transitions import TERMINAL_STATUSES, TerminalStatus
@@ -53,7 +53,7 @@ async def check_callback_url(url: Any, policy: AddressPolicy) -> str:
         raise Unprocessable(
             f"callbackUrl refused: {exc.reason}", code="blocked_callback_url"
         ) from exc
-    except ValueError as exc:
+    except InvalidCallbackUrl as exc:
         raise Unprocessable(f"callbackUrl is invalid: {exc}", code="invalid_callback_url") from exc
     except (socket.gaierror, UnicodeError) as exc:
         raise Unprocessable(

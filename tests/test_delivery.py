@@ -167,3 +167,24 @@ async def test_nul_bytes_in_the_answer_are_storable() -> None:
         r = await run()
     assert r.outcome == "delivered" and "\x00" not in (r.response_prefix or "")
     assert r.response_prefix == "ok\ufffd\ufffdtail"
+
+
+async def test_malformed_url_is_dead_without_a_request() -> None:
+    with respx.mock:
+        r = await run(event(url="https://user:pw@hooks.example.com/in"))
+    assert r.outcome == "dead" and (r.error or "").startswith("invalid callback URL")
+
+
+class BrokenSigner(Signer):
+    def headers(self, msg_id: str, timestamp: int, body: bytes) -> dict[str, str]:
+        raise ValueError("a bug, not a bad URL")
+
+
+async def test_other_value_errors_are_not_taken_for_a_bad_url() -> None:
+    # Only URL errors dead-letter an event; a bug must surface, not bury the event.
+    sender = HttpxSender(httpx.AsyncClient())
+    try:
+        with respx.mock, pytest.raises(ValueError, match="a bug"):
+            await attempt(sender, event(), BrokenSigner([SECRET]), POLICY, OPEN, DEFAULT_LIMITS)
+    finally:
+        await sender.aclose()

@@ -10,10 +10,11 @@ import asyncpg
 
 from .._queries import sql
 from ..models import EventId, TaskId, TenantId
+from .events import OutboxEvent
 
 _LIST_DEAD_LETTERS = sql("list_dead_letters")
 _GET_DEAD_LETTER = sql("get_dead_letter")
-_REPLAY_DEAD_LETTERS = sql("replay_dead_letters")
+_PICK_DEAD_LETTERS = sql("pick_dead_letters")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +64,10 @@ async def get_dead_letter(conn: asyncpg.Connection, *, event_id: str) -> DeadLet
     return DeadLetter(*row) if row is not None else None
 
 
-async def replay_dead_letters(
-    conn: asyncpg.Connection, *, flt: DeadLetterFilter, limit: int, by: str
-) -> list[EventId]:
-    """Move up to ``limit`` matching letters back to the outbox; their event ids."""
-    return [r[0] for r in await conn.fetch(_REPLAY_DEAD_LETTERS, *flt.args(), limit, by)]
+async def pick_dead_letters(
+    conn: asyncpg.Connection, *, flt: DeadLetterFilter, limit: int
+) -> list[OutboxEvent]:
+    """Up to ``limit`` matching letters' events (original body), locked until the
+    caller's transaction ends; letters another transaction holds are skipped."""
+    rows = await conn.fetch(_PICK_DEAD_LETTERS, *flt.args(), limit)
+    return [OutboxEvent(*r) for r in rows]

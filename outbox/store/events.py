@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import asyncpg
 
 from .._queries import sql
@@ -12,8 +15,7 @@ TASKS_CHANNEL = "hookrelay_tasks"
 
 _INSERT_OUTBOX = sql("insert_outbox")
 _NOTIFY = sql("notify")
-_REQUEUE_EVENT = sql("requeue_event")
-_MARK_REPLAYED = sql("mark_replayed")
+_REQUEUE_EVENTS = sql("requeue_events")
 _ATTEMPTS = sql("attempts")
 
 
@@ -31,20 +33,31 @@ async def notify(conn: asyncpg.Connection, *, task_id: str = "") -> None:
     await conn.execute(_NOTIFY, task_id, OUTBOX_CHANNEL, TASKS_CHANNEL)
 
 
-async def requeue_event(
-    conn: asyncpg.Connection, *, event_id: EventId, tenant_id: str, task_id: TaskId,
-    event_type: str, callback_url: str, host: str, body: str,
-) -> bool:
-    """Put the event back in the outbox with a fresh budget, its attempt numbering
-    carrying on; False (nothing written) if it is still waiting there."""
-    row_id = await conn.fetchval(_REQUEUE_EVENT, event_id, tenant_id, task_id, event_type,
-                                 callback_url, host, body)
-    return row_id is not None
+@dataclass(frozen=True, slots=True)
+class OutboxEvent:
+    """An event as the outbox holds it, before any attempt."""
+
+    event_id: EventId
+    tenant_id: str
+    task_id: TaskId
+    event_type: str
+    callback_url: str
+    host: str
+    body: str
 
 
-async def mark_replayed(conn: asyncpg.Connection, *, event_id: EventId, by: str) -> None:
-    """Close the event's dead letter, if it has an open one."""
-    await conn.execute(_MARK_REPLAYED, event_id, by)
+async def requeue_events(
+    conn: asyncpg.Connection, *, events: Sequence[OutboxEvent], by: str
+) -> list[EventId]:
+    """Put events back in the outbox (fresh budget, numbering carried on), close their
+    dead letters as replayed ``by``, mark their tasks pending; the ids queued (an event
+    still waiting in the outbox is skipped)."""
+    cols: tuple[list[str], ...] = tuple([] for _ in range(7))
+    for e in events:
+        for col, value in zip(cols, (e.event_id, e.tenant_id, e.task_id, e.event_type,
+                                     e.callback_url, e.host, e.body), strict=True):
+            col.append(value)
+    return [r[0] for r in await conn.fetch(_REQUEUE_EVENTS, *cols, by)]
 
 
 async def attempts(

@@ -18,7 +18,6 @@ _GET_TASK = sql("get_task")
 _LOCK_TASK = sql("lock_task")
 _LIST_TASKS = sql("list_tasks")
 _TRANSITION_TASK = sql("transition_task")
-_DELIVERY_PENDING = sql("delivery_pending")
 _CLAIM_OVERDUE_TASKS = sql("claim_overdue_tasks")
 _IDEMPOTENCY_LOCK = sql("idempotency_lock")
 _IDEMPOTENCY_GET = sql("idempotency_get")
@@ -76,11 +75,6 @@ async def transition_task(
     return _task(await conn.fetchrow(
         _TRANSITION_TASK, task_id, status, result, error, event_id, allowed_from, tenant_id,
     ))
-
-
-async def mark_delivery_pending(conn: asyncpg.Connection, *, task_id: TaskId) -> Task:
-    """The task's delivery summary back to pending, due now."""
-    return Task.from_row(await conn.fetchrow(_DELIVERY_PENDING, task_id))
 
 
 async def claim_overdue_tasks(conn: asyncpg.Connection, *, limit: int) -> list[TaskId]:

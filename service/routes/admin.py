@@ -6,12 +6,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from outbox.errors import TenantNotFound
 from outbox.tenants import create_tenant, rotate_secret
 
 from ..auth import require_admin
 from ..bodies import read_json
-from ..errors import NotFound, Unprocessable
+from ..errors import Unprocessable
 
 MAX_NAME = 200
 
@@ -37,13 +36,10 @@ async def rotate(request: Request) -> Response:
     await require_admin(request)
     await read_json(request, required=False)
     overlap = request.app.state.settings.secret_overlap_s
-    try:
-        async with request.app.state.pool.acquire() as conn:
-            secret = await rotate_secret(
-                conn, request.path_params["tenant_id"], request.app.state.secret_box, overlap
-            )
-    except TenantNotFound as exc:
-        raise NotFound("tenant not found") from exc
+    async with request.app.state.pool.acquire() as conn:
+        secret = await rotate_secret(
+            conn, request.path_params["tenant_id"], request.app.state.secret_box, overlap
+        )
     return JSONResponse(
         {"id": request.path_params["tenant_id"], "signingSecret": secret,
          "previousSecretsExpireInSeconds": overlap},

@@ -17,14 +17,13 @@ from outbox.deadletters import (
     replay_one,
     to_resource,
 )
-from outbox.errors import AlreadyReplayed, DeadLetterNotFound
 from outbox.models import iso
 from outbox.tasks import Cursor
 
 from .. import validation
 from ..auth import require_admin
 from ..bodies import read_json
-from ..errors import Conflict, NotFound, Unprocessable
+from ..errors import Unprocessable
 
 FILTER_FIELDS = {"tenant", "since", "until", "eventType"}
 
@@ -61,11 +60,8 @@ async def index(request: Request) -> Response:
 
 async def show(request: Request) -> Response:
     await require_admin(request)
-    try:
-        async with request.app.state.pool.acquire() as conn:
-            row, history = await get_dead_letter(conn, request.path_params["event_id"])
-    except DeadLetterNotFound as exc:
-        raise NotFound("dead letter not found") from exc
+    async with request.app.state.pool.acquire() as conn:
+        row, history = await get_dead_letter(conn, request.path_params["event_id"])
     body = to_resource(row)
     body["replayedAt"] = iso(row.replayed_at)
     body["replayedBy"] = row.replayed_by
@@ -77,13 +73,8 @@ async def replay(request: Request) -> Response:
     await require_admin(request)
     await read_json(request, required=False)
     event_id = request.path_params["event_id"]
-    try:
-        async with request.app.state.pool.acquire() as conn:
-            await replay_one(conn, event_id, by="admin")
-    except DeadLetterNotFound as exc:
-        raise NotFound("dead letter not found") from exc
-    except AlreadyReplayed as exc:
-        raise Conflict("this dead letter was already replayed", code="already_replayed") from exc
+    async with request.app.state.pool.acquire() as conn:
+        await replay_one(conn, event_id, by="admin")
     return JSONResponse({"replayed": 1, "eventId": event_id}, status_code=202)
 
 

@@ -12,14 +12,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from outbox import redelivery, transitions
-from outbox.errors import IdempotencyInFlight, IdempotencyKeyReused, InvalidTransition, TaskNotFound
 from outbox.models import ALL_STATUSES, Task
 from outbox.tasks import Idempotency, create_task, get_task, list_tasks
 
 from .. import validation
 from ..auth import Caller, caller, require_admin, require_tenant
 from ..bodies import read_json
-from ..errors import Conflict, NotFound, Unprocessable
+from ..errors import NotFound, Unprocessable
 
 RETRY_AFTER_S = "1"
 Change = Callable[[asyncpg.Connection, str], Awaitable[Task]]
@@ -32,28 +31,14 @@ def task_response(task: Task, status: int = 200, headers: dict[str, str] | None 
     return JSONResponse(task.to_resource(), status_code=status, headers=headers)
 
 
-def conflict(exc: InvalidTransition) -> Conflict:
-    task: Task = exc.current
-    return Conflict(
-        f"task is {task.status}; that transition is not allowed",
-        code="invalid_transition", extra={"task": task.to_resource()},
-    )
-
-
 async def submit(request: Request) -> Response:
     tenant_id = await require_tenant(request)
     key = validation.idempotency_key(request.headers.get("idempotency-key"))
     body = await read_json(request)
     spec = await validation.new_task(body, request.app.state.address_policy)
     idem = Idempotency(key, validation.canonical_hash(body)) if key else None
-    try:
-        async with request.app.state.pool.acquire() as conn:
-            task, created = await create_task(conn, tenant_id, spec, idempotency=idem)
-    except IdempotencyKeyReused as exc:
-        raise Unprocessable(str(exc), code="idempotency_key_reused") from exc
-    except IdempotencyInFlight as exc:
-        raise Conflict(str(exc), code="idempotency_in_flight",
-                       headers={"Retry-After": RETRY_AFTER_S}) from exc
+    async with request.app.state.pool.acquire() as conn:
+        task, created = await create_task(conn, tenant_id, spec, idempotency=idem)
     headers = {"Location": f"/v1/tasks/{task.id}"}
     if not created:
         headers["Idempotent-Replayed"] = "true"
@@ -141,13 +126,8 @@ async def cancel(request: Request) -> Response:
 
 
 async def _apply(request: Request, change: Change) -> Response:
-    try:
-        async with request.app.state.pool.acquire() as conn:
-            task = await change(conn, request.path_params["task_id"])
-    except TaskNotFound as exc:
-        raise NotFound("task not found") from exc
-    except InvalidTransition as exc:
-        raise conflict(exc) from exc
+    async with request.app.state.pool.acquire() as conn:
+        task = await change(conn, request.path_params["task_id"])
     return task_response(task)
 
 
@@ -165,19 +145,10 @@ async def redeliver(request: Request) -> Response:
     who = await caller(request)
     await read_json(request, required=False)
     by = "admin" if who.is_admin else f"tenant:{who.tenant_id}"
-    try:
-        async with request.app.state.pool.acquire() as conn:
-            task = await redelivery.redeliver(
-                conn, request.path_params["task_id"], tenant_id=who.tenant_id, by=by
-            )
-    except TaskNotFound as exc:
-        raise NotFound("task not found") from exc
-    except redelivery.AlreadyPending as exc:
-        raise Conflict("the event is already waiting for delivery", code="delivery_pending",
-                       extra={"task": exc.current.to_resource()}) from exc
-    except InvalidTransition as exc:
-        raise Conflict("the task has no terminal event yet", code="not_terminal",
-                       extra={"task": exc.current.to_resource()}) from exc
+    async with request.app.state.pool.acquire() as conn:
+        task = await redelivery.redeliver(
+            conn, request.path_params["task_id"], tenant_id=who.tenant_id, by=by
+        )
     return task_response(task, 202)
 
 
