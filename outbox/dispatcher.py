@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import asyncpg
 
 from . import ids
+from .circuit import BreakerPolicy, take_probes
 from .crypto import SecretBox
 from .db import TRANSIENT_ERRORS
 from .delivery import AttemptLimits, attempt
@@ -31,7 +32,7 @@ from .recorder import Recorder
 from .retry import RetryPolicy
 from .signing import Signer
 from .ssrf import AddressPolicy
-from .store import OUTBOX_CHANNEL, delivery, destinations
+from .store import OUTBOX_CHANNEL, delivery
 from .store.delivery import ClaimedEvent
 
 log = logging.getLogger("hookrelay.dispatcher")
@@ -42,6 +43,9 @@ CLAIM_RETRY_S = 0.5
 
 @dataclass(frozen=True)
 class DispatcherConfig:
+    """The dispatcher's knobs. These defaults are the only ones: the service's
+    settings read theirs from here."""
+
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     addresses: AddressPolicy = field(default_factory=AddressPolicy)
     limits: AttemptLimits = field(default_factory=AttemptLimits)
@@ -52,9 +56,13 @@ class DispatcherConfig:
     poll_interval_s: float = 0.5
     # Consecutive failures to one host that open its circuit, and how often an
     # open circuit lets one probe through.
-    breaker_threshold: int = 10
-    breaker_probe_s: float = 30.0
+    breaker_threshold: int = BreakerPolicy.threshold
+    breaker_probe_s: float = BreakerPolicy.probe_s
     owner: str = field(default_factory=ids.lease_owner)
+
+    @property
+    def breaker(self) -> BreakerPolicy:
+        return BreakerPolicy(self.breaker_threshold, self.breaker_probe_s)
 
 
 class Dispatcher:
@@ -74,10 +82,8 @@ class Dispatcher:
         self._owns_sender = owns_sender
         self.keyring = Keyring(secret_box)
         self.counters: Counter[str] = Counter()
-        self.recorder = Recorder(
-            pool, self.counters, batch_size=config.batch_size,
-            breaker_threshold=config.breaker_threshold, breaker_probe_s=config.breaker_probe_s,
-        )
+        self.recorder = Recorder(pool, self.counters, batch_size=config.batch_size,
+                                 breaker=config.breaker)
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._in_flight: dict[int, tuple[ClaimedEvent, asyncio.Task[None]]] = {}
@@ -158,8 +164,7 @@ class Dispatcher:
             # once per poll interval, not on every claim of a busy dispatcher.
             if time.monotonic() >= self._next_probe_check:
                 self._next_probe_check = time.monotonic() + self.config.poll_interval_s
-                for host in await destinations.take_probes(
-                        conn, probe_s=self.config.breaker_probe_s):
+                for host in await take_probes(conn, self.config.breaker):
                     rows += await delivery.claim(conn, limit=1, lease_s=lease_s, owner=owner,
                                                  token=token, probe_host=host)
                     self.counters["probes"] += 1

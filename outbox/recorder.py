@@ -8,6 +8,7 @@ from collections import Counter
 
 import asyncpg
 
+from .circuit import BreakerPolicy
 from .db import TRANSIENT_ERRORS
 from .delivery import AttemptResult
 from .metrics import ATTEMPT_SECONDS, DELIVERIES
@@ -24,10 +25,10 @@ RETRY_PAUSE_S = 0.5
 class Recorder:
     def __init__(
         self, pool: asyncpg.Pool, counters: Counter[str], *, batch_size: int,
-        breaker_threshold: int, breaker_probe_s: float,
+        breaker: BreakerPolicy,
     ) -> None:
         self._pool = pool
-        self._threshold, self._probe_s = breaker_threshold, float(breaker_probe_s)
+        self._breaker = breaker
         self._counters = counters
         self._batch_size = batch_size
         self._pending: list[AttemptResult] = []
@@ -68,8 +69,10 @@ class Recorder:
                 for r in batch]
         try:
             async with self._pool.acquire() as conn:
-                kept = await record_outcomes(conn, outcomes=rows, breaker_threshold=self._threshold,
-                                             breaker_probe_s=self._probe_s)
+                kept = await record_outcomes(
+                    conn, outcomes=rows, breaker_threshold=self._breaker.threshold,
+                    breaker_probe_s=self._breaker.probe_s,
+                )
         except TRANSIENT_ERRORS as exc:
             log.warning("recording %d outcomes failed, will retry: %s", len(batch), exc)
             return False

@@ -33,8 +33,8 @@ async def sweep_once(pool: asyncpg.Pool, batch: int = BATCH) -> int:
 
 @dataclass(frozen=True)
 class Retention:
-    attempts_s: float = 30 * 86400
-    tasks_s: float = 90 * 86400
+    attempts_s: float = 30 * 86400.0
+    tasks_s: float = 90 * 86400.0
     every_s: float = 60.0
 
 

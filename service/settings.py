@@ -9,7 +9,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
+from outbox.circuit import BreakerPolicy
 from outbox.crypto import parse_master_key
+from outbox.delivery import AttemptLimits
+from outbox.dispatcher import DispatcherConfig
 from outbox.errors import ConfigurationError
 from outbox.retry import RetryPolicy
 from outbox.ssrf import AddressPolicy
@@ -48,32 +51,35 @@ def _mask_dsn(dsn: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class Settings:
+    """Every setting. Defaults that the outbox also uses are read from its config
+    classes, so each number is written once."""
+
     database_url: str | None = None
     data_dir: Path = Path(".hookrelay")
     admin_token: str | None = None
     master_key: str | None = None
     allow_private_cidrs: str = ""
     allow_http: bool = False
-    retry_base_s: float = 5.0
-    retry_cap_s: float = 21600.0
-    max_attempts: int = 18
-    lease_s: float = 30.0
-    http_timeout_s: float = 15.0
+    retry_base_s: float = RetryPolicy.base_s
+    retry_cap_s: float = RetryPolicy.cap_s
+    max_attempts: int = RetryPolicy.max_attempts
+    lease_s: float = DispatcherConfig.lease_s
+    http_timeout_s: float = AttemptLimits.total_timeout_s
     connect_timeout_s: float = 5.0
-    concurrency: int = 200
-    per_host_concurrency: int = 20
+    concurrency: int = DispatcherConfig.concurrency
+    per_host_concurrency: int = DispatcherConfig.per_host_concurrency
     secret_overlap_s: float = 86400.0
     sweep_interval_s: float = 1.0
-    batch_size: int = 200
-    poll_interval_s: float = 0.5
+    batch_size: int = DispatcherConfig.batch_size
+    poll_interval_s: float = DispatcherConfig.poll_interval_s
     max_body_bytes: int = 1_048_576
-    max_response_bytes: int = 65_536
+    max_response_bytes: int = AttemptLimits.max_response_bytes
     db_pool_size: int = 10
     db_wait_s: float = 30.0
-    breaker_threshold: int = 10
-    breaker_probe_s: float = 30.0
-    attempt_retention_s: float = 30 * 86400.0
-    task_retention_s: float = 90 * 86400.0
+    breaker_threshold: int = BreakerPolicy.threshold
+    breaker_probe_s: float = BreakerPolicy.probe_s
+    attempt_retention_s: float = Retention.attempts_s
+    task_retention_s: float = Retention.tasks_s
     host: str = "127.0.0.1"
     port: int = 8000
     log_level: str = "INFO"
