@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from outbox.models import CircuitState, DeliveryStatus, Outcome, TaskStatus, TerminalStatus
+
 Schema = dict[str, Any]
+
+
+def _enum(literal: Any) -> Schema:
+    """A JSON Schema enum of a Literal's values (outbox/models.py holds them once)."""
+    return {"enum": list(get_args(literal))}
+
 
 TS: Schema = {"type": ["string", "null"], "format": "date-time"}
 ERROR: Schema = {
@@ -18,7 +26,7 @@ ERROR: Schema = {
 }
 DELIVERY: Schema = {"type": "object", "properties": {
     "eventId": {"type": ["string", "null"]},
-    "status": {"enum": ["none", "pending", "delivered", "dead"]},
+    "status": _enum(DeliveryStatus),
     "attempts": {"type": "integer"}, "lastAttemptAt": TS,
     "lastStatusCode": {"type": ["integer", "null"]}, "lastError": {"type": ["string", "null"]},
     "nextAttemptAt": TS, "deliveredAt": TS,
@@ -26,7 +34,7 @@ DELIVERY: Schema = {"type": "object", "properties": {
 TASK: Schema = {"type": "object", "required": ["id", "type", "status", "version", "delivery"],
                 "properties": {
     "id": {"type": "string", "pattern": "^task_"}, "type": {"type": "string"},
-    "status": {"enum": ["queued", "running", "succeeded", "failed", "cancelled", "timed_out"]},
+    "status": _enum(TaskStatus),
     "input": {}, "result": {}, "error": {}, "callbackUrl": {"type": "string", "format": "uri"},
     "metadata": {"type": ["object", "null"]}, "createdAt": TS, "updatedAt": TS,
     "completedAt": TS, "timeoutAt": TS, "version": {"type": "integer"}, "delivery": DELIVERY,
@@ -38,18 +46,22 @@ SUBMIT: Schema = {"type": "object", "required": ["type", "callbackUrl"],
     "timeoutSeconds": {"type": "number", "exclusiveMinimum": 0, "maximum": 2592000},
 }}
 COMPLETE: Schema = {"type": "object", "required": ["status"], "additionalProperties": False,
-                    "properties": {"status": {"enum": ["succeeded", "failed", "cancelled",
-                                                       "timed_out"]},
+                    "properties": {"status": _enum(TerminalStatus),
                                    "result": {}, "error": {}}}
 ATTEMPT: Schema = {"type": "object", "properties": {
     "eventId": {"type": "string"}, "number": {"type": "integer"}, "attemptedAt": TS,
-    "durationMs": {"type": "number"}, "outcome": {"enum": ["delivered", "retry", "dead"]},
+    "durationMs": {"type": "number"}, "outcome": _enum(Outcome),
     "statusCode": {"type": ["integer", "null"]}, "error": {"type": ["string", "null"]},
     "responsePrefix": {"type": ["string", "null"]},
 }}
 DEAD_LETTER: Schema = {"type": "object", "properties": {
     k: {} for k in ("eventId", "tenantId", "taskId", "eventType", "callbackUrl", "createdAt",
                     "failedAt", "attempts", "lastError", "lastStatusCode", "replayCount")}}
+
+DESTINATION: Schema = {"type": "object", "properties": {
+    "host": {"type": "string"}, "state": _enum(CircuitState),
+    **{k: {} for k in ("consecutiveFailures", "lastError", "lastFailureAt", "openedAt",
+                       "nextProbeAt", "heldDeliveries")}}}
 
 
 def _json(schema: Schema, description: str = "OK") -> Schema:
@@ -151,7 +163,10 @@ def spec() -> Schema:
                 "Replay one (admin)", (202, {"type": "object"}), params=eid,
                 errors=(401, 403, 404, 409))},
             "/v1/admin/destinations": {"get": _op(
-                "Per-host health (admin)", (200, {"type": "object"}), errors=(401, 403))},
+                "Per-host health (admin)",
+                (200, {"type": "object", "properties": {
+                    "data": {"type": "array", "items": DESTINATION}}}),
+                errors=(401, 403))},
             "/healthz": {"get": _op("Liveness", (200, status), errors=(), secured=False)},
             "/readyz": {"get": _op("Database reachable", (200, status), errors=(503,),
                                    secured=False)},
