@@ -35,7 +35,9 @@ async def finished_task(conn: asyncpg.Connection, n: int, url: str) -> TaskId:
     return task.id
 
 
-async def test_claim_skips_open_circuits_and_a_probe_takes_only_its_host(conn) -> None:  # type: ignore[no-untyped-def]
+async def test_claim_skips_open_circuits_and_a_probe_takes_its_host(
+    conn: asyncpg.Connection,
+) -> None:
     await finished_task(conn, 1, "https://a.example/in")
     await finished_task(conn, 2, "https://b.example/in")
     await conn.execute("INSERT INTO destinations (host, state, consecutive_failures) "
@@ -48,7 +50,7 @@ async def test_claim_skips_open_circuits_and_a_probe_takes_only_its_host(conn) -
     assert [e.host for e in probe] == ["a.example"]
 
 
-async def test_a_due_probe_is_granted_once(conn) -> None:  # type: ignore[no-untyped-def]
+async def test_a_due_probe_is_granted_once(conn: asyncpg.Connection) -> None:
     await conn.execute("INSERT INTO destinations (host, state, consecutive_failures, probe_at) "
                        "VALUES ('a.example', 'open', 10, now() - interval '1 s')")
     assert await destinations.take_probes(conn, probe_s=30.0) == ["a.example"]
@@ -57,7 +59,7 @@ async def test_a_due_probe_is_granted_once(conn) -> None:  # type: ignore[no-unt
     assert dest.state == "half-open" and dest.consecutive_failures == 10 and dest.held == 0
 
 
-async def test_attempts_of_a_task_or_of_one_of_its_events(conn) -> None:  # type: ignore[no-untyped-def]
+async def test_attempts_of_a_task_or_of_one_of_its_events(conn: asyncpg.Connection) -> None:
     task_id = await finished_task(conn, 1, "https://a.example/in")
     now = datetime.now(UTC)
     for event_id, number in (("evt_1", 2), ("evt_1", 1), ("evt_2", 3)):
@@ -71,7 +73,7 @@ async def test_attempts_of_a_task_or_of_one_of_its_events(conn) -> None:  # type
     assert [(a.event_id, a.number) for a in one] == [("evt_2", 3)]
 
 
-async def test_an_idempotency_key_stored_twice_is_in_flight(conn) -> None:  # type: ignore[no-untyped-def]
+async def test_an_idempotency_key_stored_twice_is_in_flight(conn: asyncpg.Connection) -> None:
     task_id = await finished_task(conn, 1, "https://a.example/in")
     await tasks.idempotency_put(conn, tenant_id=TENANT, key="k", request_hash=b"1",
                                 task_id=task_id)
@@ -82,7 +84,7 @@ async def test_an_idempotency_key_stored_twice_is_in_flight(conn) -> None:  # ty
     assert seen is not None and seen.request_hash == b"1" and seen.task_id == task_id
 
 
-async def test_gauges(conn, pool: asyncpg.Pool) -> None:  # type: ignore[no-untyped-def]
+async def test_gauges(conn: asyncpg.Connection, pool: asyncpg.Pool) -> None:
     await finished_task(conn, 1, "https://a.example/in")
     await tasks.insert_task(conn, task_id=TaskId("task_q"), tenant_id=TENANT, type="t",
                             input=None, callback_url="https://a.example/in", metadata=None,
@@ -96,7 +98,7 @@ async def test_gauges(conn, pool: asyncpg.Pool) -> None:  # type: ignore[no-unty
         assert await metrics.oldest_transaction_s(conn) > 0
 
 
-async def test_claim_overdue_tasks_takes_only_live_ones(conn) -> None:  # type: ignore[no-untyped-def]
+async def test_claim_overdue_tasks_takes_only_live_ones(conn: asyncpg.Connection) -> None:
     for n in (1, 2):
         await tasks.insert_task(conn, task_id=TaskId(f"task_{n}"), tenant_id=TENANT, type="t",
                                 input=None, callback_url="https://a.example/in", metadata=None,
