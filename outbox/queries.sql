@@ -273,6 +273,10 @@ summary AS (
 )
 SELECT f.id FROM fenced f;
 
+-- name: ping
+-- Readiness: the cheapest statement that proves a working connection.
+SELECT 1;
+
 -- name: oldest_transaction
 -- Age of the oldest transaction open against this database, ours or anyone's.
 -- While one stays open, no dead outbox row can be vacuumed and every claim steps

@@ -1,4 +1,4 @@
-"""Database gauges read at scrape time."""
+"""Database gauges read at scrape time, and the readiness ping."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import asyncpg
 
 from .._queries import sql
 
+_PING = sql("ping")
 _OLDEST_TRANSACTION = sql("oldest_transaction")
 _OUTBOX_STATS = sql("outbox_stats")
 _DEAD_LETTERS_BY_TENANT = sql("dead_letters_by_tenant")
@@ -18,6 +19,11 @@ _TASKS_BY_STATUS = sql("tasks_by_status")
 class OutboxStats:
     depth: int
     oldest_due_s: float
+
+
+async def ping(conn: asyncpg.Connection) -> None:
+    """One round trip; raises whatever the connection raises."""
+    await conn.fetchval(_PING)
 
 
 async def oldest_transaction_s(conn: asyncpg.Connection) -> float:

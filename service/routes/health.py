@@ -8,6 +8,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from outbox.store.metrics import ping
+
 READY_TIMEOUT_S = 2.0
 
 
@@ -19,7 +21,7 @@ async def readyz(request: Request) -> Response:
     try:
         async with asyncio.timeout(READY_TIMEOUT_S):
             async with request.app.state.pool.acquire() as conn:
-                await conn.fetchval("SELECT 1")
+                await ping(conn)
     except Exception as exc:  # any failure means "not ready", never a 500
         return JSONResponse(
             {"status": "unavailable", "error": {"code": "unavailable", "message": str(exc)[:200]}},
