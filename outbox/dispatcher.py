@@ -17,13 +17,14 @@ import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import asyncpg
 
 from . import ids, queries
 from .crypto import SecretBox
 from .db import TRANSIENT_ERRORS
-from .delivery import AttemptLimits, ClaimedEvent, attempt
+from .delivery import AttemptLimits, AttemptResult, ClaimedEvent, attempt
 from .http import Sender
 from .keyring import Keyring
 from .listener import Listener
@@ -33,6 +34,9 @@ from .signing import Signer
 from .ssrf import AddressPolicy
 
 log = logging.getLogger("hookrelay.dispatcher")
+# Why an event whose tenant's signing secret does not decrypt is dead-lettered:
+# unsigned it cannot be sent, and retrying cannot repair the stored secret.
+UNDECRYPTABLE = "cannot decrypt signing secret (wrong master key or corrupted data)"
 # After a failed claim: short, since the database usually comes back in moments
 # and a long poll interval must not become the outage's recovery time.
 CLAIM_RETRY_S = 0.5
@@ -172,11 +176,18 @@ class Dispatcher:
                 body=row["body"].encode("utf-8"), attempts=row["attempts"],
                 budget_used=row["budget_used"], token=token,
             )
+            signer = signers.get(event.tenant_id)
+            if signer is None:
+                self.recorder.add(AttemptResult(
+                    event, "dead", datetime.now(UTC), 0.0, error=UNDECRYPTABLE
+                ))
+                self.counters["undecryptable"] += 1
+                continue
             if self._per_host[event.host] >= self.config.per_host_concurrency:
                 excess.append(event)  # give it back rather than hold a lease idle
                 continue
             self._per_host[event.host] += 1
-            task = asyncio.create_task(self._deliver(event, signers[event.tenant_id]))
+            task = asyncio.create_task(self._deliver(event, signer))
             self._in_flight[event.id] = (event, task)
         if excess:
             await self._release(excess)

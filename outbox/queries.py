@@ -14,6 +14,71 @@ NON_TERMINAL = ["queued", "running"]
 # Serialises concurrent `migrate` runs; IF NOT EXISTS alone races on catalogs.
 APPLY_SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(7240112)"
 
+# ------------------------------------------------------------- migrations
+
+# -- create_schema_version --
+# The runner's bootstrap; the same table as in schema.sql.
+CREATE_SCHEMA_VERSION = """
+CREATE TABLE IF NOT EXISTS schema_version (
+    version     integer PRIMARY KEY,
+    name        text NOT NULL,
+    applied_at  timestamptz NOT NULL DEFAULT now()
+)
+"""
+
+# -- schema_version_exists --
+SCHEMA_VERSION_EXISTS = "SELECT to_regclass('schema_version') IS NOT NULL"
+
+# -- initial_tables_exist --
+# 0001's first table: present means schema.sql was applied before migrations.
+INITIAL_TABLES_EXIST = "SELECT to_regclass('tenants') IS NOT NULL"
+
+# -- adopt_initial_schema --
+# A database built from schema.sql before migrations existed: record 0001 as
+# applied (not re-run) when its tables are there and nothing is recorded yet.
+ADOPT_INITIAL_SCHEMA = """
+INSERT INTO schema_version (version, name)
+SELECT 1, 'initial'
+ WHERE to_regclass('tenants') IS NOT NULL
+   AND NOT EXISTS (SELECT 1 FROM schema_version)
+"""
+
+# -- applied_migrations --
+APPLIED_MIGRATIONS = "SELECT version, applied_at FROM schema_version ORDER BY version"
+
+# -- migration_applied --
+MIGRATION_APPLIED = "SELECT EXISTS (SELECT 1 FROM schema_version WHERE version = $1)"
+
+# -- record_migration --
+RECORD_MIGRATION = "INSERT INTO schema_version (version, name) VALUES ($1, $2)"
+
+# ------------------------------------------------------------- master key
+
+# -- master_key_check --
+MASTER_KEY_CHECK = "SELECT key_id, check_enc FROM master_key_check WHERE id = 1"
+
+# -- lock_master_key_check --
+# Held while a key is first recorded or rotated, so two processes starting at
+# once cannot each record a different key.
+LOCK_MASTER_KEY_CHECK = "SELECT pg_advisory_xact_lock(7240113)"
+
+# -- record_master_key_check --
+RECORD_MASTER_KEY_CHECK = """
+INSERT INTO master_key_check (id, key_id, check_enc) VALUES (1, $1, $2)
+ON CONFLICT (id) DO UPDATE SET key_id = EXCLUDED.key_id, check_enc = EXCLUDED.check_enc
+"""
+
+# -- all_secrets_for_update --
+# Rotation of the master key: every secret, locked until the re-encryption commits.
+ALL_SECRETS_FOR_UPDATE = "SELECT id, tenant_id, secret_enc FROM signing_secrets FOR UPDATE"
+
+# -- reencrypt_secrets --
+REENCRYPT_SECRETS = """
+UPDATE signing_secrets s SET secret_enc = v.enc
+  FROM unnest($1::bigint[], $2::bytea[]) AS v(id, enc)
+ WHERE s.id = v.id
+"""
+
 # ---------------------------------------------------------------- tenants
 
 # -- insert_tenant --
