@@ -58,10 +58,12 @@ async def _applied(conn: asyncpg.Connection) -> dict[int, datetime]:
     return {r["version"]: r["applied_at"] for r in await conn.fetch(queries.APPLIED_MIGRATIONS)}
 
 
-async def migrate(conn: asyncpg.Connection) -> list[Migration]:
-    """Apply every pending migration; returns those this call applied."""
+async def migrate(conn: asyncpg.Connection, *, upto: int | None = None) -> list[Migration]:
+    """Apply every pending migration (up to ``upto``); returns those this call applied."""
     done: list[Migration] = []
     for migration in migrations():
+        if upto is not None and migration.version > upto:
+            break
         async with conn.transaction():
             await conn.execute(queries.APPLY_SCHEMA_LOCK)
             await conn.execute(queries.CREATE_SCHEMA_VERSION)
