@@ -28,6 +28,7 @@ from .delivery import AttemptLimits, AttemptResult, ClaimedEvent, attempt
 from .http import Sender
 from .keyring import Keyring
 from .listener import Listener
+from .masterkey import key_matches
 from .recorder import Recorder
 from .retry import RetryPolicy
 from .signing import Signer
@@ -74,6 +75,7 @@ class Dispatcher:
     ) -> None:
         self.pool, self.dsn, self.sender, self.config = pool, dsn, sender, config
         self._owns_sender = owns_sender
+        self._box = secret_box
         self.keyring = Keyring(secret_box)
         self.counters: Counter[str] = Counter()
         self.recorder = Recorder(
@@ -166,8 +168,15 @@ class Dispatcher:
             if not rows:
                 return 0, want
             signers = await self.keyring.signers(conn, {r["tenant_id"] for r in rows})
+            # A secret that does not decrypt is that tenant's problem, unless
+            # this process's key is no longer the database's (rotated while we
+            # ran): then nothing is the events' fault, so hold them, not bury them.
+            own_key_ok = len(signers) == len({r["tenant_id"] for r in rows}) or (
+                await key_matches(conn, self._box)
+            )
         self.counters["claimed"] += len(rows)
         excess: list[ClaimedEvent] = []
+        held: list[ClaimedEvent] = []
         for row in rows:
             event = ClaimedEvent(
                 id=row["id"], event_id=row["event_id"], tenant_id=row["tenant_id"],
@@ -177,6 +186,9 @@ class Dispatcher:
                 budget_used=row["budget_used"], token=token,
             )
             signer = signers.get(event.tenant_id)
+            if signer is None and not own_key_ok:
+                held.append(event)
+                continue
             if signer is None:
                 self.recorder.add(AttemptResult(
                     event, "dead", datetime.now(UTC), 0.0, error=UNDECRYPTABLE
@@ -189,9 +201,16 @@ class Dispatcher:
             self._per_host[event.host] += 1
             task = asyncio.create_task(self._deliver(event, signer))
             self._in_flight[event.id] = (event, task)
-        if excess:
-            await self._release(excess)
-        return len(rows), want
+        if held:
+            log.error("this process's master key (id %s) no longer matches the database's; "
+                      "holding %d events: restart it with the current HOOKRELAY_MASTER_KEY",
+                      self._box.key_id, len(held))
+            self.counters["held_wrong_key"] += len(held)
+        if excess or held:
+            await self._release(excess + held)
+        # Held rows do not count as claimed, so a held batch waits a poll
+        # interval instead of being claimed again at once.
+        return len(rows) - len(held), want
 
     async def _release(self, events: list[ClaimedEvent]) -> None:
         if not events:

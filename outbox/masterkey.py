@@ -61,6 +61,12 @@ async def recorded_key_id(conn: asyncpg.Connection) -> str | None:
     return None if row is None else str(row["key_id"])
 
 
+async def key_matches(conn: asyncpg.Connection, box: SecretBox) -> bool:
+    """Whether ``box`` still opens the database's key check (True if none is recorded)."""
+    row = await conn.fetchrow(queries.MASTER_KEY_CHECK)
+    return row is None or _matches(box, row["check_enc"])
+
+
 async def verify_or_record(
     conn: asyncpg.Connection, box: SecretBox, *, generated: bool = False
 ) -> KeyCheck:
@@ -103,7 +109,7 @@ async def rotate(conn: asyncpg.Connection, old: SecretBox, new: SecretBox) -> in
                 raise ConfigurationError(
                     f"signing secret {secret['id']} of tenant {secret['tenant_id']} does not "
                     "decrypt with the current key; nothing was changed "
-                    "(rotate that tenant's secret first)"
+                    "(repair or delete that row first)"
                 ) from None
             ids.append(secret["id"])
             blobs.append(new.encrypt(plain, aad=aad))

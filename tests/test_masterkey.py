@@ -6,6 +6,7 @@ import asyncio
 import base64
 import json
 import secrets
+from dataclasses import replace
 
 import pytest
 from standardwebhooks import Webhook
@@ -159,3 +160,19 @@ async def test_one_tenants_corrupted_secret_does_not_stop_the_others(  # type: i
     assert sorted(r["event_id"] for r in dead) == sorted(bad_events)
     assert all(r["last_error"] == UNDECRYPTABLE for r in dead)
     assert d.counters["undecryptable"] == 3 and d.counters["delivered"] == 3
+
+
+async def test_dispatcher_whose_key_was_rotated_away_holds_events(  # type: ignore[no-untyped-def]
+    pool, runtime, receiver
+) -> None:
+    async with pool.acquire() as conn:
+        await verify_or_record(conn, runtime.secret_box)
+    await backlog(pool, runtime, receiver.url, 3)
+    stale = replace(runtime, secret_box=SecretBox(secrets.token_bytes(32)))
+    async with running(dispatcher(stale, pool)) as d, asyncio.timeout(30):
+        while d.counters["held_wrong_key"] < 3:
+            await asyncio.sleep(0.05)
+    assert not receiver.received
+    assert await pool.fetchval("SELECT count(*) FROM dead_letters") == 0
+    left = await pool.fetch("SELECT attempts, leased_until FROM outbox")
+    assert len(left) == 3 and all(r["attempts"] == 0 and r["leased_until"] is None for r in left)
