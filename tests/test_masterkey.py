@@ -36,6 +36,13 @@ def keyless_env(runtime, dsn: str, data_dir) -> dict[str, str]:  # type: ignore[
     return env
 
 
+async def corrupt_secret(pool, tenant_id: str) -> None:  # type: ignore[no-untyped-def]
+    """Flip one ciphertext byte of the tenant's stored secret: AES-GCM refuses it."""
+    await pool.execute(
+        "UPDATE signing_secrets SET secret_enc = set_byte(secret_enc, 20,"
+        " get_byte(secret_enc, 20) # 255) WHERE tenant_id = $1", tenant_id)
+
+
 async def refused(command: str, env: dict[str, str]) -> list[str]:
     """Run ``command``, expect it to exit non-zero at once; its stderr lines."""
     proc = await start(command, env)
@@ -141,11 +148,7 @@ async def test_one_tenants_corrupted_secret_does_not_stop_the_others(  # type: i
     async with pool.acquire() as conn:
         bad = await create_tenant(conn, "globex", runtime.secret_box)
     _, bad_events = await backlog(pool, runtime, receiver.url, 3, tenant=bad)
-    # Flip one ciphertext byte of the bad tenant's secret: AES-GCM refuses it.
-    await pool.execute(
-        "UPDATE signing_secrets SET secret_enc = overlay(secret_enc PLACING"
-        " decode(lpad(to_hex(get_byte(secret_enc, 20) # 255), 2, '0'), 'hex') FROM 21 FOR 1)"
-        " WHERE tenant_id = $1", bad.id)
+    await corrupt_secret(pool, bad.id)
     async with pool.acquire() as conn:
         with pytest.raises(ConfigurationError, match="cannot decrypt"):
             await active_secrets(conn, [bad.id], runtime.secret_box)
@@ -176,3 +179,26 @@ async def test_dispatcher_whose_key_was_rotated_away_holds_events(  # type: igno
     assert await pool.fetchval("SELECT count(*) FROM dead_letters") == 0
     left = await pool.fetch("SELECT attempts, leased_until FROM outbox")
     assert len(left) == 3 and all(r["attempts"] == 0 and r["leased_until"] is None for r in left)
+
+
+async def test_corrupted_tenant_isolated_in_a_dispatch_process(  # type: ignore[no-untyped-def]
+    pool, runtime, dsn, receiver
+) -> None:
+    good, good_events = await backlog(pool, runtime, receiver.url, 2)
+    async with pool.acquire() as conn:
+        bad = await create_tenant(conn, "globex", runtime.secret_box)
+    _, bad_events = await backlog(pool, runtime, receiver.url, 2, tenant=bad)
+    await corrupt_secret(pool, bad.id)
+    proc = await start("dispatch", dispatcher_env(runtime, dsn))
+    try:
+        await receiver.wait_for(2, timeout=30)
+        await wait_drained(pool, timeout=30)
+    finally:
+        proc.terminate()
+        assert await proc.wait() == 0
+    assert sorted(r.headers["webhook-id"] for r in receiver.received) == sorted(good_events)
+    for r in receiver.received:
+        Webhook(good.signing_secret).verify(r.body, r.headers)
+    dead = await pool.fetch("SELECT event_id, last_error FROM dead_letters")
+    assert sorted(r["event_id"] for r in dead) == sorted(bad_events)
+    assert {r["last_error"] for r in dead} == {UNDECRYPTABLE}
