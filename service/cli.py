@@ -20,7 +20,7 @@ from outbox.errors import OutboxError
 from outbox.sweeper import sweeping
 from outbox.tenants import create_tenant
 
-from . import deadletters_cli, logs, masterkey_cli, serving
+from . import database_cli, deadletters_cli, logs, serving
 from .app import create_app
 from .errors import ApiError
 from .runtime import Runtime, prepare
@@ -123,7 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("serve", help="API + dispatcher + sweeper in one process")
     sub.add_parser("api", help="the HTTP API only")
     sub.add_parser("dispatch", help="the dispatcher only (run as many as you like)")
-    masterkey_cli.add_parsers(sub)
+    database_cli.add_parsers(sub)
     tenants = sub.add_parser("tenants", help="manage tenants").add_subparsers(
         dest="action", required=True
     )
@@ -146,8 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "serve": lambda rt: _serve(rt, with_dispatcher=True),
         "api": lambda rt: _serve(rt, with_dispatcher=False),
         "dispatch": _dispatch,
-        "migrate": lambda rt: masterkey_cli.run_migrate(rt, args),
-        "master-key": masterkey_cli.run_rotate,
+        "migrate": lambda rt: database_cli.run_migrate(rt, args),
+        "master-key": database_cli.run_rotate,
         "tenants": lambda rt: _tenants_create(rt, args.name, args.json),
     }
     try:

@@ -1,10 +1,11 @@
-"""``hookrelay migrate [--status]`` and ``hookrelay master-key rotate``."""
+"""The database's own commands: ``hookrelay migrate [--status]`` and ``master-key rotate``."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import secrets
+from pathlib import Path
 from typing import Any
 
 from outbox.crypto import HOW_TO_GENERATE, KEY_FILE, SecretBox, parse_master_key
@@ -86,7 +87,8 @@ async def run_rotate(runtime: Runtime) -> None:
     )
 
 
-def _replace_key_file(path: Any, text: str) -> None:
+def _replace_key_file(path: Path, text: str) -> None:
+    # Atomic: a crash leaves the old key or the new one, never half a file.
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as fh:
