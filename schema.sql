@@ -1,6 +1,14 @@
--- hookrelay schema: the only one. Every statement is idempotent, so applying it
--- twice (or from several processes at once, under the advisory lock the loader
--- takes) is harmless.
+-- hookrelay schema, whole and current: the place to read it. Databases are built
+-- and upgraded by the numbered files in outbox/migrations/ (`hookrelay migrate`);
+-- a test proves that running them all gives exactly this schema, so a change
+-- goes into a new migration and here, together.
+
+-- Which migrations have run. The runner creates it before anything else.
+CREATE TABLE IF NOT EXISTS schema_version (
+    version     integer PRIMARY KEY,
+    name        text NOT NULL,
+    applied_at  timestamptz NOT NULL DEFAULT now()
+);
 
 -- Partners. The API key is stored as its SHA-256 only: keys are 256-bit random,
 -- so a fast hash is enough and lookups stay one index probe.
@@ -166,4 +174,26 @@ CREATE TABLE IF NOT EXISTS destinations (
     opened_at             timestamptz,
     probe_at              timestamptz,
     updated_at            timestamptz NOT NULL DEFAULT now()
+);
+
+-- Which master key the signing secrets are encrypted under (0002). One row,
+-- written by the first process that opens the database with a key: a short id
+-- of the key (never the key) and a known value sealed with it, so a process
+-- holding another key is refused at start.
+CREATE TABLE IF NOT EXISTS master_key_check (
+    id          smallint PRIMARY KEY DEFAULT 1 CHECK (id = 1),
+    key_id      text NOT NULL,
+    check_enc   bytea NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+
+-- Which master key the signing secrets are encrypted under (0002). One row,
+-- written by the first process that opens the database with a key: a short id
+-- of the key (never the key) and a known value sealed with it, so a process
+-- holding another key is refused at start.
+CREATE TABLE IF NOT EXISTS master_key_check (
+    id          smallint PRIMARY KEY DEFAULT 1 CHECK (id = 1),
+    key_id      text NOT NULL,
+    check_enc   bytea NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now()
 );

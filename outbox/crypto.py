@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import hashlib
 import os
 import secrets
 from pathlib import Path
@@ -35,16 +36,17 @@ _TO_STANDARD_ALPHABET = str.maketrans("-_", "+/")
 class SecretBox:
     """Encrypts and decrypts signing secrets with one 32-byte master key."""
 
-    __slots__ = ("_aead",)
+    __slots__ = ("_aead", "key_id")
 
     def __init__(self, master_key: bytes) -> None:
         if not isinstance(master_key, bytes) or len(master_key) != KEY_BYTES:
             raise ConfigurationError(f"the master key must be {KEY_BYTES} bytes")
         # Only the AESGCM object keeps the key, so no attribute of ours can leak it.
         self._aead = AESGCM(master_key)
+        self.key_id = key_id(master_key)
 
     def __repr__(self) -> str:
-        return "SecretBox(<master key hidden>)"
+        return f"SecretBox(key_id={self.key_id!r}, <master key hidden>)"
 
     def encrypt(self, plaintext: str, *, aad: bytes) -> bytes:
         """A versioned blob; ``aad`` (the tenant id) must be given again to decrypt."""
@@ -62,6 +64,15 @@ class SecretBox:
             return self._aead.decrypt(nonce, ciphertext, aad).decode()
         except InvalidTag:
             raise ConfigurationError(_DECRYPT_FAILED) from None
+
+
+def key_id(master_key: bytes) -> str:
+    """A short public name for a key: 8 hex digits of a domain-separated SHA-256.
+
+    Safe to print and store: recovering a random 256-bit key from its hash is
+    infeasible, and the prefix only has to tell a handful of keys apart.
+    """
+    return hashlib.sha256(b"hookrelay master key id\0" + master_key).hexdigest()[:8]
 
 
 def parse_master_key(value: str) -> bytes:

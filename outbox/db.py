@@ -18,7 +18,7 @@ from tenacity import (
 )
 
 from .errors import DatabaseUnavailable
-from .store.schema import take_schema_lock
+from .migrate import migrate
 
 log = logging.getLogger("hookrelay.db")
 T = TypeVar("T")
@@ -54,10 +54,11 @@ async def init_connection(conn: asyncpg.Connection) -> None:
 
 
 async def apply_schema(conn: asyncpg.Connection) -> None:
-    """Apply ``schema.sql``; harmless to run twice or from several processes."""
-    async with conn.transaction():
-        await take_schema_lock(conn)
-        await conn.execute(schema_sql())
+    """Bring the schema up to date by running the pending migrations.
+
+    Harmless to run twice or from several processes at once.
+    """
+    await migrate(conn)
 
 
 SERVER_SETTINGS = {"timezone": "UTC", "application_name": "hookrelay"}

@@ -17,6 +17,7 @@ import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import asyncpg
 
@@ -24,10 +25,11 @@ from . import ids
 from .circuit import BreakerPolicy, take_probes
 from .crypto import SecretBox
 from .db import TRANSIENT_ERRORS
-from .delivery import AttemptLimits, attempt
+from .delivery import AttemptLimits, AttemptResult, attempt
 from .http import Sender
 from .keyring import Keyring
 from .listener import Listener
+from .masterkey import key_matches
 from .recorder import Recorder
 from .retry import RetryPolicy
 from .signing import Signer
@@ -36,6 +38,9 @@ from .store import OUTBOX_CHANNEL, delivery
 from .store.delivery import ClaimedEvent
 
 log = logging.getLogger("hookrelay.dispatcher")
+# Why an event whose tenant's signing secret does not decrypt is dead-lettered:
+# unsigned it cannot be sent, and retrying cannot repair the stored secret.
+UNDECRYPTABLE = "cannot decrypt signing secret (wrong master key or corrupted data)"
 # After a failed claim: short, since the database usually comes back in moments
 # and a long poll interval must not become the outage's recovery time.
 CLAIM_RETRY_S = 0.5
@@ -80,6 +85,7 @@ class Dispatcher:
     ) -> None:
         self.pool, self.dsn, self.sender, self.config = pool, dsn, sender, config
         self._owns_sender = owns_sender
+        self._box = secret_box
         self.keyring = Keyring(secret_box)
         self.counters: Counter[str] = Counter()
         self.recorder = Recorder(pool, self.counters, batch_size=config.batch_size,
@@ -170,19 +176,42 @@ class Dispatcher:
                     self.counters["probes"] += 1
             if not rows:
                 return 0, want
-            signers = await self.keyring.signers(conn, {e.tenant_id for e in rows})
+            tenants: set[str] = {e.tenant_id for e in rows}
+            signers = await self.keyring.signers(conn, tenants)
+            # A secret that does not decrypt is that tenant's problem, unless
+            # this process's key is no longer the database's (rotated while we
+            # ran): then nothing is the events' fault, so hold them, not bury them.
+            own_key_ok = len(signers) == len(tenants) or await key_matches(conn, self._box)
         self.counters["claimed"] += len(rows)
         excess: list[ClaimedEvent] = []
+        held: list[ClaimedEvent] = []
         for event in rows:
+            signer = signers.get(event.tenant_id)
+            if signer is None and not own_key_ok:
+                held.append(event)
+                continue
+            if signer is None:
+                self.recorder.add(AttemptResult(
+                    event, "dead", datetime.now(UTC), 0.0, error=UNDECRYPTABLE
+                ))
+                self.counters["undecryptable"] += 1
+                continue
             if self._per_host[event.host] >= self.config.per_host_concurrency:
                 excess.append(event)  # give it back rather than hold a lease idle
                 continue
             self._per_host[event.host] += 1
-            task = asyncio.create_task(self._deliver(event, signers[event.tenant_id]))
+            task = asyncio.create_task(self._deliver(event, signer))
             self._in_flight[event.id] = (event, task)
-        if excess:
-            await self._release(excess)
-        return len(rows), want
+        if held:
+            log.error("this process's master key (id %s) no longer matches the database's; "
+                      "holding %d events: restart it with the current HOOKRELAY_MASTER_KEY",
+                      self._box.key_id, len(held))
+            self.counters["held_wrong_key"] += len(held)
+        if excess or held:
+            await self._release(excess + held)
+        # Held rows do not count as claimed, so a held batch waits a poll
+        # interval instead of being claimed again at once.
+        return len(rows) - len(held), want
 
     async def _release(self, events: list[ClaimedEvent]) -> None:
         if not events:

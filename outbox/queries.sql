@@ -7,6 +7,59 @@
 -- Serialises concurrent `migrate` runs; IF NOT EXISTS alone races on catalogs.
 SELECT pg_advisory_xact_lock(7240112);
 
+-- name: create_schema_version
+-- The migration runner's bootstrap; the same table as in schema.sql.
+CREATE TABLE IF NOT EXISTS schema_version (
+    version     integer PRIMARY KEY,
+    name        text NOT NULL,
+    applied_at  timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: schema_version_exists
+SELECT to_regclass('schema_version') IS NOT NULL;
+
+-- name: initial_tables_exist
+-- 0001's first table: present means schema.sql was applied before migrations.
+SELECT to_regclass('tenants') IS NOT NULL;
+
+-- name: adopt_initial_schema
+-- A database built from schema.sql before migrations existed: record 0001 as
+-- applied (not re-run) when its tables are there and nothing is recorded yet.
+INSERT INTO schema_version (version, name)
+SELECT 1, 'initial'
+ WHERE to_regclass('tenants') IS NOT NULL
+   AND NOT EXISTS (SELECT 1 FROM schema_version);
+
+-- name: applied_migrations
+SELECT version, applied_at FROM schema_version ORDER BY version;
+
+-- name: migration_applied
+SELECT EXISTS (SELECT 1 FROM schema_version WHERE version = $1);
+
+-- name: record_migration
+INSERT INTO schema_version (version, name) VALUES ($1, $2);
+
+-- name: master_key_check
+SELECT key_id, check_enc FROM master_key_check WHERE id = 1;
+
+-- name: lock_master_key_check
+-- Held while a key is first recorded or rotated, so two processes starting at
+-- once cannot each record a different key.
+SELECT pg_advisory_xact_lock(7240113);
+
+-- name: record_master_key_check
+INSERT INTO master_key_check (id, key_id, check_enc) VALUES (1, $1, $2)
+ON CONFLICT (id) DO UPDATE SET key_id = EXCLUDED.key_id, check_enc = EXCLUDED.check_enc;
+
+-- name: all_secrets_for_update
+-- Rotation of the master key: every secret, locked until the re-encryption commits.
+SELECT id, tenant_id, secret_enc FROM signing_secrets FOR UPDATE;
+
+-- name: reencrypt_secrets
+UPDATE signing_secrets s SET secret_enc = v.enc
+  FROM unnest($1::bigint[], $2::bytea[]) AS v(id, enc)
+ WHERE s.id = v.id;
+
 -- name: insert_tenant
 INSERT INTO tenants (id, name, api_key_hash) VALUES ($1, $2, $3)
 RETURNING id, name, created_at;

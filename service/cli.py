@@ -15,30 +15,25 @@ from typing import Any
 
 import uvicorn
 
-from outbox.db import apply_schema, create_pool
+from outbox.db import create_pool
 from outbox.errors import OutboxError
 from outbox.sweeper import sweeping
 from outbox.tenants import create_tenant
 
-from . import deadletters_cli, logs, serving
+from . import database_cli, deadletters_cli, logs, serving
 from .app import create_app
 from .errors import ApiError
 from .runtime import Runtime, prepare
 from .settings import Settings
+from .startup import open_database
 from .workers import dispatcher_background, make_dispatcher, sweeper_background
 
 log = logging.getLogger("hookrelay")
 
 
 async def _migrate(runtime: Runtime) -> None:
-    pool = await create_pool(
-        runtime.dsn, min_size=1, max_size=1, wait_s=runtime.settings.db_wait_s
-    )
-    try:
-        async with pool.acquire() as conn:
-            await apply_schema(conn)
-    finally:
-        await pool.close()
+    # Migrations, then the master key check: a wrong key refuses to start here.
+    await open_database(runtime)
 
 
 def _banner(runtime: Runtime) -> None:
@@ -128,7 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("serve", help="API + dispatcher + sweeper in one process")
     sub.add_parser("api", help="the HTTP API only")
     sub.add_parser("dispatch", help="the dispatcher only (run as many as you like)")
-    sub.add_parser("migrate", help="apply schema.sql (idempotent)")
+    database_cli.add_parsers(sub)
     tenants = sub.add_parser("tenants", help="manage tenants").add_subparsers(
         dest="action", required=True
     )
@@ -151,7 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "serve": lambda rt: _serve(rt, with_dispatcher=True),
         "api": lambda rt: _serve(rt, with_dispatcher=False),
         "dispatch": _dispatch,
-        "migrate": _migrate,
+        "migrate": lambda rt: database_cli.run_migrate(rt, args),
+        "master-key": database_cli.run_rotate,
         "tenants": lambda rt: _tenants_create(rt, args.name, args.json),
     }
     try:

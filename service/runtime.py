@@ -8,7 +8,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from outbox.crypto import SecretBox, load_or_create_master_key, parse_master_key
+from outbox.crypto import KEY_FILE, SecretBox, load_or_create_master_key, parse_master_key
 
 from . import embedded
 from .settings import Settings
@@ -25,6 +25,9 @@ class Runtime:
     secret_box: SecretBox
     admin_token_created: bool
     embedded: bool
+    # No key was given and none was in the data dir: this start generated one.
+    # It may only become the database's key if the database has none yet.
+    master_key_generated: bool = False
 
     def __repr__(self) -> str:
         return f"Runtime(embedded={self.embedded}, settings={self.settings!r})"
@@ -61,9 +64,10 @@ def prepare(settings: Settings, *, start_embedded: bool = True) -> Runtime:
     else:
         dsn = settings.database_url  # type: ignore[assignment]
     token, created = admin_token(settings)
+    generated = not settings.master_key and not (settings.data_dir / KEY_FILE).exists()
     key = (
         parse_master_key(settings.master_key)
         if settings.master_key
         else load_or_create_master_key(None, settings.data_dir)
     )
-    return Runtime(settings, dsn, token, SecretBox(key), created, is_embedded)
+    return Runtime(settings, dsn, token, SecretBox(key), created, is_embedded, generated)

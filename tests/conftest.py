@@ -1,5 +1,7 @@
 """Shared fixtures: a real PostgreSQL, a fresh database per test cloned from a migrated template.
 
+The template is built by running the migrations, exactly as ``hookrelay migrate`` does.
+
 ``TEST_DATABASE_URL`` points the suite at a server of yours; without it the
 embedded server is started under ``.hookrelay-test/`` (reused across runs).
 """
@@ -22,7 +24,8 @@ import httpx
 import pytest
 
 from outbox.crypto import SecretBox
-from outbox.db import apply_schema, create_pool
+from outbox.db import create_pool
+from outbox.migrate import migrate
 from service import embedded
 from service.app import create_app
 from service.runtime import Runtime
@@ -65,7 +68,7 @@ def template_db(server_dsn: str) -> Iterator[str]:
             await conn.close()
         conn = await asyncpg.connect(with_database(server_dsn, name))
         try:
-            await apply_schema(conn)
+            await migrate(conn)
         finally:
             await conn.close()
 

@@ -1,14 +1,48 @@
-"""The lock that serialises schema changes."""
+"""Schema bookkeeping: the migration lock and the ``schema_version`` table."""
 
 from __future__ import annotations
+
+from datetime import datetime
 
 import asyncpg
 
 from .._queries import sql
 
 _LOCK = sql("apply_schema_lock")
+_CREATE_SCHEMA_VERSION = sql("create_schema_version")
+_SCHEMA_VERSION_EXISTS = sql("schema_version_exists")
+_INITIAL_TABLES_EXIST = sql("initial_tables_exist")
+_ADOPT_INITIAL_SCHEMA = sql("adopt_initial_schema")
+_APPLIED_MIGRATIONS = sql("applied_migrations")
+_MIGRATION_APPLIED = sql("migration_applied")
+_RECORD_MIGRATION = sql("record_migration")
 
 
 async def take_schema_lock(conn: asyncpg.Connection) -> None:
     """Hold the schema lock until the caller's transaction ends."""
     await conn.execute(_LOCK)
+
+
+async def prepare_versioning(conn: asyncpg.Connection) -> None:
+    """Create ``schema_version`` if missing and adopt a pre-migration database."""
+    await conn.execute(_CREATE_SCHEMA_VERSION)
+    await conn.execute(_ADOPT_INITIAL_SCHEMA)
+
+
+async def applied_migrations(conn: asyncpg.Connection) -> dict[int, datetime]:
+    """Applied versions with when; empty if versioning was never set up."""
+    if not await conn.fetchval(_SCHEMA_VERSION_EXISTS):
+        return {}
+    return {r["version"]: r["applied_at"] for r in await conn.fetch(_APPLIED_MIGRATIONS)}
+
+
+async def initial_tables_exist(conn: asyncpg.Connection) -> bool:
+    return bool(await conn.fetchval(_INITIAL_TABLES_EXIST))
+
+
+async def migration_applied(conn: asyncpg.Connection, *, version: int) -> bool:
+    return bool(await conn.fetchval(_MIGRATION_APPLIED, version))
+
+
+async def record_migration(conn: asyncpg.Connection, *, version: int, name: str) -> None:
+    await conn.execute(_RECORD_MIGRATION, version, name)

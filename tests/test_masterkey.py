@@ -1,0 +1,204 @@
+"""The master key belongs to the database: refusal at start, rotation, one bad tenant isolated."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import secrets
+from dataclasses import replace
+
+import pytest
+from standardwebhooks import Webhook
+
+from outbox import complete_task
+from outbox.crypto import KEY_FILE, SecretBox, key_id, parse_master_key
+from outbox.dispatcher import UNDECRYPTABLE, running
+from outbox.errors import ConfigurationError
+from outbox.masterkey import MasterKeyMismatch, recorded_key_id, verify_or_record
+from outbox.tasks import NewTask, create_task
+from outbox.tenants import active_secrets, create_tenant
+
+from .dispatching import backlog, dispatcher, wait_drained
+from .processes import dispatcher_env, free_port, start, wait_for_port
+from .test_cli import cli_env, hookrelay
+
+pytestmark = pytest.mark.anyio
+
+
+def new_key() -> str:
+    return base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
+
+
+def keyless_env(runtime, dsn: str, data_dir) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    env = dispatcher_env(runtime, dsn, data_dir=str(data_dir))
+    del env["HOOKRELAY_MASTER_KEY"]
+    return env
+
+
+async def corrupt_secret(pool, tenant_id: str) -> None:  # type: ignore[no-untyped-def]
+    """Flip one ciphertext byte of the tenant's stored secret: AES-GCM refuses it."""
+    await pool.execute(
+        "UPDATE signing_secrets SET secret_enc = set_byte(secret_enc, 20,"
+        " get_byte(secret_enc, 20) # 255) WHERE tenant_id = $1", tenant_id)
+
+
+async def refused(command: str, env: dict[str, str]) -> list[str]:
+    """Run ``command``, expect it to exit non-zero at once; its stderr lines."""
+    proc = await start(command, env)
+    assert proc.stderr is not None
+    err = await asyncio.wait_for(proc.stderr.read(), 30)
+    code = await proc.wait()
+    assert code != 0, err.decode()
+    return [line for line in err.decode().splitlines() if line.strip()]
+
+
+async def test_second_data_dir_without_key_is_refused(runtime, dsn, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    first, second = tmp_path / "api", tmp_path / "dispatch"
+    port = free_port()
+    api = await start("api", {**keyless_env(runtime, dsn, first), "HOOKRELAY_PORT": str(port)})
+    try:
+        await wait_for_port(port, api)
+    finally:
+        api.terminate()
+        await api.wait()
+    expected = key_id(parse_master_key((first / KEY_FILE).read_text()))
+
+    lines = await refused("dispatch", keyless_env(runtime, dsn, second))
+    assert len(lines) == 1, lines
+    assert "HOOKRELAY_MASTER_KEY" in lines[0] and expected in lines[0]
+    assert not (second / KEY_FILE).exists(), "the refused key was left behind"
+
+    wrong = new_key()
+    lines = await refused("dispatch", {**keyless_env(runtime, dsn, second),
+                                       "HOOKRELAY_MASTER_KEY": wrong})
+    assert len(lines) == 1 and expected in lines[0]
+    assert key_id(parse_master_key(wrong)) in lines[0]
+
+    # The shared key, given: the dispatcher runs (and is stopped by us, not by itself).
+    shared = {**keyless_env(runtime, dsn, second),
+              "HOOKRELAY_MASTER_KEY": (first / KEY_FILE).read_text().strip()}
+    proc = await start("dispatch", shared)
+    try:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(proc.wait(), 2)
+    finally:
+        proc.terminate()
+        assert await proc.wait() == 0
+
+
+async def test_key_check_recorded_once_and_verified(pool, runtime) -> None:  # type: ignore[no-untyped-def]
+    async with pool.acquire() as conn:
+        assert await recorded_key_id(conn) is None
+        first = await verify_or_record(conn, runtime.secret_box)
+        assert first.recorded and first.key_id == runtime.secret_box.key_id
+        assert await recorded_key_id(conn) == runtime.secret_box.key_id
+        again = await verify_or_record(conn, runtime.secret_box)
+        assert not again.recorded
+        other = SecretBox(secrets.token_bytes(32))
+        with pytest.raises(MasterKeyMismatch) as caught:
+            await verify_or_record(conn, other)
+        assert runtime.secret_box.key_id in str(caught.value) and "\n" not in str(caught.value)
+
+
+async def test_rotate_reencrypts_and_the_new_key_delivers(  # type: ignore[no-untyped-def]
+    pool, runtime, dsn, receiver
+) -> None:
+    env = cli_env(runtime, dsn)
+    code, out, err = await hookrelay("tenants", "create", "acme", "--json", env=env)
+    assert code == 0, err
+    tenant = json.loads(out)
+    async with pool.acquire() as conn:
+        task, _ = await create_task(conn, tenant["id"], NewTask("t", receiver.url))
+        event_id = (await complete_task(conn, task.id, "succeeded")).event_id
+
+    code, out, err = await hookrelay("master-key", "rotate", env=env)
+    assert code != 0 and "HOOKRELAY_NEW_MASTER_KEY" in err
+    new = new_key()
+    new_id = key_id(parse_master_key(new))
+    code, out, err = await hookrelay("master-key", "rotate",
+                                     env={**env, "HOOKRELAY_NEW_MASTER_KEY": new})
+    assert code == 0, err
+    assert f"{runtime.secret_box.key_id} -> {new_id}" in out and "HOOKRELAY_MASTER_KEY" in out
+    assert new not in out, "the new key must not be printed"
+
+    async with pool.acquire() as conn:
+        assert await recorded_key_id(conn) == new_id
+        found = await active_secrets(conn, [tenant["id"]], SecretBox(parse_master_key(new)))
+        assert found[tenant["id"]].values == [tenant["signingSecret"]]
+
+    lines = await refused("dispatch", dispatcher_env(runtime, dsn))  # still the old key
+    assert len(lines) == 1 and new_id in lines[0]
+
+    proc = await start("dispatch", {**dispatcher_env(runtime, dsn), "HOOKRELAY_MASTER_KEY": new})
+    try:
+        await receiver.wait_for(1, timeout=30)
+    finally:
+        proc.terminate()
+        await proc.wait()
+    got = receiver.received[0]
+    assert got.headers["webhook-id"] == event_id
+    Webhook(tenant["signingSecret"]).verify(got.body, got.headers)
+
+
+async def test_one_tenants_corrupted_secret_does_not_stop_the_others(  # type: ignore[no-untyped-def]
+    pool, runtime, receiver
+) -> None:
+    good, good_events = await backlog(pool, runtime, receiver.url, 3)
+    async with pool.acquire() as conn:
+        bad = await create_tenant(conn, "globex", runtime.secret_box)
+    _, bad_events = await backlog(pool, runtime, receiver.url, 3, tenant=bad)
+    await corrupt_secret(pool, bad.id)
+    async with pool.acquire() as conn:
+        with pytest.raises(ConfigurationError, match="cannot decrypt"):
+            await active_secrets(conn, [bad.id], runtime.secret_box)
+
+    async with running(dispatcher(runtime, pool)) as d:
+        await receiver.wait_for(3)
+        await wait_drained(pool)
+    assert sorted(r.headers["webhook-id"] for r in receiver.received) == sorted(good_events)
+    for r in receiver.received:
+        Webhook(good.signing_secret).verify(r.body, r.headers)
+    dead = await pool.fetch("SELECT event_id, last_error FROM dead_letters")
+    assert sorted(r["event_id"] for r in dead) == sorted(bad_events)
+    assert all(r["last_error"] == UNDECRYPTABLE for r in dead)
+    assert d.counters["undecryptable"] == 3 and d.counters["delivered"] == 3
+
+
+async def test_dispatcher_whose_key_was_rotated_away_holds_events(  # type: ignore[no-untyped-def]
+    pool, runtime, receiver
+) -> None:
+    async with pool.acquire() as conn:
+        await verify_or_record(conn, runtime.secret_box)
+    await backlog(pool, runtime, receiver.url, 3)
+    stale = replace(runtime, secret_box=SecretBox(secrets.token_bytes(32)))
+    async with running(dispatcher(stale, pool)) as d, asyncio.timeout(30):
+        while d.counters["held_wrong_key"] < 3:
+            await asyncio.sleep(0.05)
+    assert not receiver.received
+    assert await pool.fetchval("SELECT count(*) FROM dead_letters") == 0
+    left = await pool.fetch("SELECT attempts, leased_until FROM outbox")
+    assert len(left) == 3 and all(r["attempts"] == 0 and r["leased_until"] is None for r in left)
+
+
+async def test_corrupted_tenant_isolated_in_a_dispatch_process(  # type: ignore[no-untyped-def]
+    pool, runtime, dsn, receiver
+) -> None:
+    good, good_events = await backlog(pool, runtime, receiver.url, 2)
+    async with pool.acquire() as conn:
+        bad = await create_tenant(conn, "globex", runtime.secret_box)
+    _, bad_events = await backlog(pool, runtime, receiver.url, 2, tenant=bad)
+    await corrupt_secret(pool, bad.id)
+    proc = await start("dispatch", dispatcher_env(runtime, dsn))
+    try:
+        await receiver.wait_for(2, timeout=30)
+        await wait_drained(pool, timeout=30)
+    finally:
+        proc.terminate()
+        assert await proc.wait() == 0
+    assert sorted(r.headers["webhook-id"] for r in receiver.received) == sorted(good_events)
+    for r in receiver.received:
+        Webhook(good.signing_secret).verify(r.body, r.headers)
+    dead = await pool.fetch("SELECT event_id, last_error FROM dead_letters")
+    assert sorted(r["event_id"] for r in dead) == sorted(bad_events)
+    assert {r["last_error"] for r in dead} == {UNDECRYPTABLE}

@@ -1,0 +1,206 @@
+"""Migrations: they build exactly schema.sql, adopt pre-migration databases, upgrade live data."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
+from typing import Any
+
+import asyncpg
+import pytest
+
+from outbox import complete_task
+from outbox.db import create_pool, schema_sql
+from outbox.deadletters import replay_one
+from outbox.dispatcher import running
+from outbox.migrate import migrate, migrations, status
+from outbox.tasks import Idempotency, NewTask, create_task
+from outbox.tenants import create_tenant
+
+from .conftest import with_database
+from .dispatching import dispatcher, wait_drained
+from .test_cli import cli_env, hookrelay
+
+pytestmark = pytest.mark.anyio
+
+# The schema as the catalog sees it, every part that could differ between two
+# ways of building it. Only user tables in `public`.
+CATALOG = {
+    "columns": """
+        SELECT table_name, ordinal_position, column_name, data_type, udt_name,
+               column_default, is_nullable, character_maximum_length, numeric_precision
+          FROM information_schema.columns WHERE table_schema = 'public'
+         ORDER BY 1, 2""",
+    "constraints": """
+        SELECT c.relname, k.conname, k.contype, pg_get_constraintdef(k.oid)
+          FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid
+          JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public'
+         ORDER BY 1, 2""",
+    "indexes": """
+        SELECT tablename, indexname, indexdef FROM pg_indexes
+         WHERE schemaname = 'public' ORDER BY 1, 2""",
+    "relations": """
+        SELECT c.relname, c.relkind, c.reloptions FROM pg_class c
+          JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public'
+         ORDER BY 1""",
+}
+
+NewDb = Callable[[], Awaitable[str]]
+
+
+@pytest.fixture
+async def new_db(server_dsn: str) -> AsyncIterator[NewDb]:
+    """Empty databases (not from the template), dropped after the test."""
+    names: list[str] = []
+
+    async def make() -> str:
+        name = f"hookrelay_m_{uuid.uuid4().hex[:12]}"
+        conn = await asyncpg.connect(server_dsn)
+        try:
+            await conn.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await conn.close()
+        names.append(name)
+        return with_database(server_dsn, name)
+
+    yield make
+    conn = await asyncpg.connect(server_dsn)
+    try:
+        for name in names:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+async def catalog(dsn: str) -> dict[str, list[tuple[Any, ...]]]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return {k: [tuple(r) for r in await conn.fetch(q)] for k, q in CATALOG.items()}
+    finally:
+        await conn.close()
+
+
+async def run_sql(dsn: str, sql: str) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+async def run_migrate(dsn: str, *, upto: int | None = None) -> list[int]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return [m.version for m in await migrate(conn, upto=upto)]
+    finally:
+        await conn.close()
+
+
+async def test_migrations_build_exactly_schema_sql(new_db: NewDb) -> None:
+    from_schema, from_migrations = await new_db(), await new_db()
+    await run_sql(from_schema, schema_sql())
+    assert await run_migrate(from_migrations) == [m.version for m in migrations()]
+    want, got = await catalog(from_schema), await catalog(from_migrations)
+    assert want["relations"], "schema.sql created nothing"
+    for part in CATALOG:
+        assert got[part] == want[part], part
+
+
+async def test_database_from_before_migrations_is_adopted_not_rerun(new_db: NewDb) -> None:
+    dsn = await new_db()
+    await run_sql(dsn, migrations()[0].sql)  # what schema.sql created before migrations
+    # A mark re-running 0001 would undo: one of its indexes, dropped.
+    await run_sql(dsn, "DROP INDEX delivery_attempts_time")
+    conn = await asyncpg.connect(dsn)
+    try:
+        before = await status(conn)
+        assert [(m.version, m.state) for m in before][:2] == [(1, "applied"), (2, "pending")]
+        assert await migrate(conn) and [m.state for m in await status(conn)] == (
+            ["applied"] * len(migrations())
+        )
+        assert await conn.fetchval("SELECT to_regclass('delivery_attempts_time')") is None
+        assert await conn.fetchval("SELECT to_regclass('master_key_check')") is not None
+    finally:
+        await conn.close()
+
+
+async def test_concurrent_migrations_apply_each_file_once(new_db: NewDb) -> None:
+    dsn = await new_db()
+    results = await asyncio.gather(*(run_migrate(dsn) for _ in range(4)))
+    applied = sorted(v for r in results for v in r)
+    assert applied == [m.version for m in migrations()]
+    conn = await asyncpg.connect(dsn)
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM schema_version") == len(migrations())
+    finally:
+        await conn.close()
+
+
+async def test_migrate_status_command(new_db: NewDb, runtime) -> None:  # type: ignore[no-untyped-def]
+    dsn = await new_db()
+    await run_migrate(dsn, upto=1)
+    code, out, err = await hookrelay("migrate", "--status", env=cli_env(runtime, dsn))
+    assert code == 0, err
+    assert "0001  initial" in out and "0002  master_key_check" in out
+    assert "1 applied, 1 pending" in out
+    code, _, err = await hookrelay("migrate", env=cli_env(runtime, dsn))
+    assert code == 0, err
+    code, out, _ = await hookrelay("migrate", "--status", env=cli_env(runtime, dsn))
+    assert f"{len(migrations())} applied, 0 pending" in out
+
+
+async def test_upgrade_with_rows_in_every_table_keeps_working(  # type: ignore[no-untyped-def]
+    new_db: NewDb, runtime, receiver
+) -> None:
+    dsn = await new_db()
+    assert await run_migrate(dsn, upto=1) == [1]
+    pool = await create_pool(dsn, min_size=1, max_size=10)
+    try:
+        async with pool.acquire() as conn:
+            tenant = await create_tenant(conn, "acme", runtime.secret_box)
+            idem = Idempotency("k1", b"\x00" * 32)
+            pending, _ = await create_task(conn, tenant.id, NewTask("t", receiver.url),
+                                           idempotency=idem)
+            pending_event = (await complete_task(conn, pending.id, "succeeded")).event_id
+            dead, _ = await create_task(conn, tenant.id, NewTask("t", receiver.url))
+            dead_event = (await complete_task(conn, dead.id, "failed")).event_id
+            # The second event gave up earlier: an attempt, a dead letter, an unhealthy host.
+            await conn.execute("""
+                INSERT INTO dead_letters (event_id, tenant_id, task_id, event_type, callback_url,
+                                          host, body, created_at, attempts, last_error)
+                SELECT event_id, tenant_id, task_id, event_type, callback_url, host, body,
+                       created_at, 1, 'HTTP 500' FROM outbox WHERE event_id = $1;
+                DELETE FROM outbox WHERE event_id = $1;
+                INSERT INTO delivery_attempts (event_id, task_id, tenant_id, number,
+                                               attempted_at, duration_ms, outcome, status_code)
+                VALUES ($1, $2, $3, 1, now(), 3.5, 'dead', 500);
+                INSERT INTO destinations (host, consecutive_failures, last_error)
+                VALUES ('127.0.0.1', 1, 'HTTP 500');
+            """.replace("$1", f"'{dead_event}'").replace("$2", f"'{dead.id}'")
+               .replace("$3", f"'{tenant.id}'"))
+            tables = [r["relname"] for r in await conn.fetch(
+                "SELECT relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = 'public' AND relkind = 'r' AND relname <> 'schema_version'")]
+            for table in tables:
+                assert await conn.fetchval(f"SELECT count(*) FROM {table}"), table
+
+            assert [m.version for m in await migrate(conn)] == [
+                m.version for m in migrations()[1:]
+            ]
+            assert [m.state for m in await status(conn)] == ["applied"] * len(migrations())
+
+        upgraded = replace(runtime, dsn=dsn)
+        async with running(dispatcher(upgraded, pool)):
+            await receiver.wait_for(1)
+            async with pool.acquire() as conn:
+                await replay_one(conn, dead_event, by="test")
+            await receiver.wait_for(2)
+            await wait_drained(pool)
+        sent = [r.headers["webhook-id"] for r in receiver.received]
+        assert sorted(sent) == sorted([pending_event, dead_event])
+        task = await pool.fetchrow("SELECT delivery_status FROM tasks WHERE id = $1", dead.id)
+        assert task["delivery_status"] == "delivered"
+    finally:
+        await pool.close()
