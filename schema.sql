@@ -186,14 +186,3 @@ CREATE TABLE IF NOT EXISTS master_key_check (
     check_enc   bytea NOT NULL,
     created_at  timestamptz NOT NULL DEFAULT now()
 );
-
--- Which master key the signing secrets are encrypted under (0002). One row,
--- written by the first process that opens the database with a key: a short id
--- of the key (never the key) and a known value sealed with it, so a process
--- holding another key is refused at start.
-CREATE TABLE IF NOT EXISTS master_key_check (
-    id          smallint PRIMARY KEY DEFAULT 1 CHECK (id = 1),
-    key_id      text NOT NULL,
-    check_enc   bytea NOT NULL,
-    created_at  timestamptz NOT NULL DEFAULT now()
-);

@@ -33,11 +33,27 @@ BENCH = Path(__file__).resolve().parent
 SUBMIT = {"type": "bench", "callbackUrl": "http://127.0.0.1:9/hook", "input": {"n": 1}}
 
 
-def load(url: str, *, seconds: float, concurrency: int, method: str = "GET",
-         body: str | None = None, headers: dict[str, str] | None = None,
-         paths: str | None = None) -> dict[str, float]:
-    cmd = [sys.executable, str(BENCH / "loadgen.py"), url, "--method", method,
-           "--seconds", str(seconds), "--concurrency", str(concurrency)]
+def load(
+    url: str,
+    *,
+    seconds: float,
+    concurrency: int,
+    method: str = "GET",
+    body: str | None = None,
+    headers: dict[str, str] | None = None,
+    paths: str | None = None,
+) -> dict[str, float]:
+    cmd = [
+        sys.executable,
+        str(BENCH / "loadgen.py"),
+        url,
+        "--method",
+        method,
+        "--seconds",
+        str(seconds),
+        "--concurrency",
+        str(concurrency),
+    ]
     if body is not None:
         cmd += ["--body", body]
     for k, v in (headers or {}).items():
@@ -64,25 +80,37 @@ async def main() -> None:
         wait_for_port(trivial_port, trivial)
         base = f"http://127.0.0.1:{api_port}"
         async with httpx.AsyncClient(base_url=base) as c:
-            r = await c.post("/v1/admin/tenants", json={"name": "bench"},
-                             headers={"Authorization": "Bearer bench"})
+            r = await c.post(
+                "/v1/admin/tenants",
+                json={"name": "bench"},
+                headers={"Authorization": "Bearer bench"},
+            )
             r.raise_for_status()
             key = r.json()["apiKey"]
             auth = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-            ids = [(await c.post("/v1/tasks", json=SUBMIT, headers=auth)).json()["id"]
-                   for _ in range(500)]
+            ids = [
+                (await c.post("/v1/tasks", json=SUBMIT, headers=auth)).json()["id"]
+                for _ in range(500)
+            ]
         paths = Path(tempfile.mkdtemp()) / "paths.txt"
         paths.write_text("".join(f"/{i}\n" for i in ids))
         common = {"seconds": args.seconds, "concurrency": args.concurrency}
         trivial_url = f"http://127.0.0.1:{trivial_port}/hello"
         rows = {
             "GET trivial route": load(trivial_url, **common),
-            "GET /v1/tasks/{id}": load(f"{base}/v1/tasks", headers=auth, paths=str(paths),
-                                       **common),
-            "POST trivial route": load(trivial_url, method="POST", body=json.dumps(SUBMIT),
-                                       headers={"Content-Type": "application/json"}, **common),
-            "POST /v1/tasks": load(f"{base}/v1/tasks", method="POST", body=json.dumps(SUBMIT),
-                                   headers=auth, **common),
+            "GET /v1/tasks/{id}": load(
+                f"{base}/v1/tasks", headers=auth, paths=str(paths), **common
+            ),
+            "POST trivial route": load(
+                trivial_url,
+                method="POST",
+                body=json.dumps(SUBMIT),
+                headers={"Content-Type": "application/json"},
+                **common,
+            ),
+            "POST /v1/tasks": load(
+                f"{base}/v1/tasks", method="POST", body=json.dumps(SUBMIT), headers=auth, **common
+            ),
         }
     finally:
         for proc in (api, trivial):
@@ -91,17 +119,25 @@ async def main() -> None:
     lines = ["| route | req/s | p50 ms | p99 ms | non-2xx | errors |", "|---|---|---|---|---|---|"]
     for name, r in rows.items():
         bad = sum(n for s, n in r["statuses"].items() if not str(s).startswith("2"))  # type: ignore[attr-defined]
-        lines.append(f"| {name} | {r['rps']:,.0f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} "
-                     f"| {bad} | {r['errors']:.0f} |")
+        lines.append(
+            f"| {name} | {r['rps']:,.0f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} "
+            f"| {bad} | {r['errors']:.0f} |"
+        )
     get_ratio = rows["GET /v1/tasks/{id}"]["rps"] / rows["GET trivial route"]["rps"]
     post_ratio = rows["POST /v1/tasks"]["rps"] / rows["POST trivial route"]["rps"]
-    lines += ["", f"ratio GET = {get_ratio:.2f} of the trivial route; "
-                  f"ratio POST = {post_ratio:.2f} of the trivial route", ""]
+    lines += [
+        "",
+        f"ratio GET = {get_ratio:.2f} of the trivial route; "
+        f"ratio POST = {post_ratio:.2f} of the trivial route",
+        "",
+    ]
     table = "\n".join(lines)
     print(table)
-    record("api: requests per second",
-           f"python bench/api.py --seconds {args.seconds:g} --concurrency {args.concurrency}",
-           table)
+    record(
+        "api: requests per second",
+        f"python bench/api.py --seconds {args.seconds:g} --concurrency {args.concurrency}",
+        table,
+    )
 
 
 if __name__ == "__main__":

@@ -80,8 +80,7 @@ async def claim_latency(dsn: str, rounds: int, batch: int) -> list[float]:
         for _ in range(rounds):
             token = uuid.uuid4()
             started = time.perf_counter()
-            rows = await delivery.claim(conn, limit=batch, lease_s=30.0, owner="bench",
-                                        token=token)
+            rows = await delivery.claim(conn, limit=batch, lease_s=30.0, owner="bench", token=token)
             out.append((time.perf_counter() - started) * 1000)
             await delivery.release_leases(conn, ids=[e.id for e in rows], token=token)
     finally:
@@ -142,8 +141,8 @@ async def main() -> None:
             f"| claim of {b} rows at full depth, p50 / p99 | "
             f"{percentile(c, 0.5):.1f} ms / {percentile(c, 0.99):.1f} ms |\n"
             for b, c in claims.items()
-        ) +
-        f"| drain rate, {args.rows:,} backlog | {deep_rate:,.0f} delivered/s |\n"
+        )
+        + f"| drain rate, {args.rows:,} backlog | {deep_rate:,.0f} delivered/s |\n"
         f"| drain rate, {args.baseline_rows:,} rows on an empty table | "
         f"{empty_rate:,.0f} delivered/s |\n"
         f"| ratio = deep / empty-table rate | {ratio:.2f} |\n"
@@ -156,9 +155,11 @@ async def main() -> None:
         f"| requests received | {stats['count']:,} ({stats['unique']:,} distinct events) |\n"
     )
     print(table)
-    record("backlog: one million due rows",
-           f"python bench/backlog.py --rows {args.rows} --baseline-rows {args.baseline_rows}",
-           table)
+    record(
+        "backlog: one million due rows",
+        f"python bench/backlog.py --rows {args.rows} --baseline-rows {args.baseline_rows}",
+        table,
+    )
 
 
 if __name__ == "__main__":

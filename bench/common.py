@@ -66,8 +66,13 @@ class ReceiverProcess:
         self.port = free_port()
         self.out = Path(tempfile.mkdtemp()) / "rx.json"
         self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "bench" / "receiver.py"), str(self.port), str(self.out),
-             *args]
+            [
+                sys.executable,
+                str(ROOT / "bench" / "receiver.py"),
+                str(self.port),
+                str(self.out),
+                *args,
+            ]
         )
         wait_for_port(self.port, self.proc, timeout=10)
 
@@ -93,15 +98,22 @@ def master_key() -> str:
 
 def service_env(dsn: str, key: str, **extra: object) -> dict[str, str]:
     """The environment a benchmark's hookrelay process runs with: loopback allowed."""
-    env = {**os.environ, "DATABASE_URL": dsn, "HOOKRELAY_MASTER_KEY": key,
-           "HOOKRELAY_ADMIN_TOKEN": "bench", "HOOKRELAY_ALLOW_HTTP": "true",
-           "HOOKRELAY_ALLOW_PRIVATE_CIDRS": "127.0.0.0/8", "HOOKRELAY_LOG_LEVEL": "WARNING"}
+    env = {
+        **os.environ,
+        "DATABASE_URL": dsn,
+        "HOOKRELAY_MASTER_KEY": key,
+        "HOOKRELAY_ADMIN_TOKEN": "bench",
+        "HOOKRELAY_ALLOW_HTTP": "true",
+        "HOOKRELAY_ALLOW_PRIVATE_CIDRS": "127.0.0.0/8",
+        "HOOKRELAY_LOG_LEVEL": "WARNING",
+    }
     env.update({f"HOOKRELAY_{k.upper()}": str(v) for k, v in extra.items()})
     return env
 
 
-def wait_for_port(port: int, proc: subprocess.Popen[bytes] | None = None,
-                  timeout: float = 30.0) -> None:
+def wait_for_port(
+    port: int, proc: subprocess.Popen[bytes] | None = None, timeout: float = 30.0
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -122,8 +134,12 @@ def peak_rss_mb(pid: int) -> float:
 
 
 def start_dispatcher(env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "service.cli", "dispatch"], env=env,
-                            cwd=ROOT, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "dispatch"],
+        env=env,
+        cwd=ROOT,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 async def outbox_empty(conn: asyncpg.Connection) -> bool:
@@ -175,8 +191,9 @@ RELIABILITY_HEADER = (
 )
 
 
-def record(section: str, command: str, table: str, *, file: str = "BENCHMARKS.md",
-           header: str = HEADER) -> None:
+def record(
+    section: str, command: str, table: str, *, file: str = "BENCHMARKS.md", header: str = HEADER
+) -> None:
     """Replace ``section`` in ``file`` (BENCHMARKS.md) with the command and its table."""
     path = ROOT / file
     text = path.read_text() if path.exists() else header

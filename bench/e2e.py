@@ -41,8 +41,9 @@ async def bare_client_limit(url: str, body: bytes, n: int, concurrency: int) -> 
             nonlocal left
             while left > 0:
                 left -= 1
-                async with session.post(url, data=body,
-                                        headers={"content-type": "application/json"}) as r:
+                async with session.post(
+                    url, data=body, headers={"content-type": "application/json"}
+                ) as r:
                     await r.read()
 
         started = time.perf_counter()
@@ -76,8 +77,13 @@ async def main() -> None:
     box = SecretBox(base64.urlsafe_b64decode(key))
     body = await fill(dsn, box, rx.url, args.events)
     limit = await bare_client_limit(rx.url, body, args.events, 50)
-    env = service_env(dsn, key, concurrency=args.concurrency,
-                      per_host_concurrency=args.concurrency, batch_size=500)
+    env = service_env(
+        dsn,
+        key,
+        concurrency=args.concurrency,
+        per_host_concurrency=args.concurrency,
+        batch_size=500,
+    )
     rate, _ = await drain(dsn, env, args.events)
     stats = rx.stop()
     ratio = rate / limit

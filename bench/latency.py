@@ -39,6 +39,7 @@ from outbox.tenants import create_tenant
 async def bare_latency(url: str, rate: float, seconds: float) -> list[float]:
     out: list[float] = []
     async with aiohttp.ClientSession() as session:
+
         async def one() -> None:
             started = time.perf_counter()
             async with session.post(url, data=b"{}") as r:
@@ -67,11 +68,16 @@ async def main() -> None:
     pool = await create_pool(dsn, max_size=4)
     async with pool.acquire() as conn:
         tenant = await create_tenant(conn, "bench", box)
-        ids = [(await create_task(conn, tenant.id, NewTask("bench", rx.url)))[0].id
-               for _ in range(n)]
+        ids = [
+            (await create_task(conn, tenant.id, NewTask("bench", rx.url)))[0].id for _ in range(n)
+        ]
     env = service_env(dsn, key)
-    proc = subprocess.Popen([sys.executable, "-m", "service.cli", "dispatch"], env=env,
-                            cwd=ROOT, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "dispatch"],
+        env=env,
+        cwd=ROOT,
+        stderr=subprocess.DEVNULL,
+    )
     await asyncio.sleep(2)  # let it connect and LISTEN
     try:
         t0 = time.perf_counter()
@@ -90,15 +96,25 @@ async def main() -> None:
     stats = rx.stop()
     lat = list(stats["latencies_ms"])  # type: ignore[call-overload]
     rows = [("commit→receipt", lat), ("bare aiohttp POST (baseline)", baseline)]
-    table = (f"offered load: {offered:,.0f} events/s for {args.seconds:g} s ({n} events)\n\n"
-             "| path | p50 ms | p95 ms | p99 ms |\n|---|---|---|---|\n" + "".join(
-                 f"| {name} | {percentile(v, .5):.1f} | {percentile(v, .95):.1f} | "
-                 f"{percentile(v, .99):.1f} |\n" for name, v in rows))
-    table += (f"| ratio p50 (commit→receipt / baseline) | "
-              f"{percentile(lat, .5) / percentile(baseline, .5):.1f}x | | |\n")
+    table = (
+        f"offered load: {offered:,.0f} events/s for {args.seconds:g} s ({n} events)\n\n"
+        "| path | p50 ms | p95 ms | p99 ms |\n|---|---|---|---|\n"
+        + "".join(
+            f"| {name} | {percentile(v, 0.5):.1f} | {percentile(v, 0.95):.1f} | "
+            f"{percentile(v, 0.99):.1f} |\n"
+            for name, v in rows
+        )
+    )
+    table += (
+        f"| ratio p50 (commit→receipt / baseline) | "
+        f"{percentile(lat, 0.5) / percentile(baseline, 0.5):.1f}x | | |\n"
+    )
     print(table)
-    record("latency: steady load", f"python bench/latency.py --rate {args.rate:g} "
-           f"--seconds {args.seconds:g}", table)
+    record(
+        "latency: steady load",
+        f"python bench/latency.py --rate {args.rate:g} --seconds {args.seconds:g}",
+        table,
+    )
 
 
 if __name__ == "__main__":

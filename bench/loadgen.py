@@ -48,8 +48,9 @@ async def main() -> None:
             while time.perf_counter() < stop_at:
                 started = time.perf_counter()
                 try:
-                    async with session.request(args.method, args.url + next(cycle),
-                                               data=data, headers=headers) as r:
+                    async with session.request(
+                        args.method, args.url + next(cycle), data=data, headers=headers
+                    ) as r:
                         await r.read()
                         status = r.status
                 except aiohttp.ClientError:
@@ -71,10 +72,18 @@ async def main() -> None:
     def pct(q: float) -> float:
         return latencies[min(len(latencies) - 1, int(q * len(latencies)))] if latencies else 0.0
 
-    print(json.dumps({
-        "requests": len(latencies), "errors": errors, "statuses": dict(statuses),
-        "rps": len(latencies) / elapsed, "p50_ms": pct(0.5), "p99_ms": pct(0.99),
-    }))
+    print(
+        json.dumps(
+            {
+                "requests": len(latencies),
+                "errors": errors,
+                "statuses": dict(statuses),
+                "rps": len(latencies) / elapsed,
+                "p50_ms": pct(0.5),
+                "p99_ms": pct(0.99),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

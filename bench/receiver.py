@@ -67,16 +67,25 @@ def main() -> None:
 
     def dump(*_: object) -> None:
         with open(args.out, "w") as fh:
-            json.dump({"count": len(latencies), "unique": len(seen), "latencies_ms": latencies,
-                       "answered_2xx": answered, **faults}, fh)
+            json.dump(
+                {
+                    "count": len(latencies),
+                    "unique": len(seen),
+                    "latencies_ms": latencies,
+                    "answered_2xx": answered,
+                    **faults,
+                },
+                fh,
+            )
         # Exit at once: raising here would unwind whatever request was mid-write.
         os._exit(0)
 
     signal.signal(signal.SIGTERM, dump)
     app = web.Application()
     app.router.add_post("/hook", hook)
-    web.run_app(app, host="127.0.0.1", port=args.port, print=None, access_log=None,
-                handle_signals=False)
+    web.run_app(
+        app, host="127.0.0.1", port=args.port, print=None, access_log=None, handle_signals=False
+    )
 
 
 if __name__ == "__main__":

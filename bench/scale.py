@@ -38,13 +38,18 @@ async def run(server: str, key: str, events: int, processes: int) -> dict[str, o
     dsn = await fresh_database(server)
     rx = ReceiverProcess()
     await fill(dsn, SecretBox(base64.urlsafe_b64decode(key)), rx.url, events)
-    env = service_env(dsn, key, concurrency=200, per_host_concurrency=200, batch_size=500,
-                      log_level="INFO")
+    env = service_env(
+        dsn, key, concurrency=200, per_host_concurrency=200, batch_size=500, log_level="INFO"
+    )
     logs = [Path(tempfile.mkstemp(suffix=".log")[1]) for _ in range(processes)]
     conn = await asyncpg.connect(dsn)
     procs = [
-        subprocess.Popen([sys.executable, "-m", "service.cli", "dispatch"], env=env, cwd=ROOT,
-                         stderr=log.open("wb"))
+        subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "dispatch"],
+            env=env,
+            cwd=ROOT,
+            stderr=log.open("wb"),
+        )
         for log in logs
     ]
     try:
@@ -56,7 +61,8 @@ async def run(server: str, key: str, events: int, processes: int) -> dict[str, o
             proc.wait(60)
     attempts = await conn.fetchrow(
         "SELECT count(*) AS rows, count(DISTINCT event_id) AS events, max(number) AS max_number "
-        "FROM delivery_attempts")
+        "FROM delivery_attempts"
+    )
     await conn.close()
     stats = rx.stop()
     delivered = []
@@ -66,9 +72,13 @@ async def run(server: str, key: str, events: int, processes: int) -> dict[str, o
             if entry.get("msg") == "dispatcher stopped":
                 delivered.append(int(entry["counters"].get("delivered", 0)))
     return {
-        "processes": processes, "rate": rate, "per_process": delivered,
-        "received": stats["count"], "unique": stats["unique"],
-        "attempt_rows": attempts["rows"], "attempted_events": attempts["events"],
+        "processes": processes,
+        "rate": rate,
+        "per_process": delivered,
+        "received": stats["count"],
+        "unique": stats["unique"],
+        "attempt_rows": attempts["rows"],
+        "attempted_events": attempts["events"],
         "max_number": attempts["max_number"],
     }
 
@@ -92,15 +102,21 @@ async def main() -> None:
         each = " + ".join(f"{n:,}" for n in r["per_process"])  # type: ignore[attr-defined]
         lines.append(
             f"| {r['processes']} | {rate:,.0f} | {rate / base:.2f} | {each} | {r['received']:,} "
-            f"| {r['unique']:,} | {r['attempt_rows']:,} | {r['max_number']} |")
-        clean &= (r["received"] == r["unique"] == r["attempt_rows"] == args.events
-                  and r["max_number"] == 1
-                  and sum(r["per_process"]) == args.events)  # type: ignore[call-overload]
+            f"| {r['unique']:,} | {r['attempt_rows']:,} | {r['max_number']} |"
+        )
+        clean &= (
+            r["received"] == r["unique"] == r["attempt_rows"] == args.events
+            and r["max_number"] == 1
+            and sum(r["per_process"]) == args.events
+        )  # type: ignore[call-overload]
     lines += ["", f"no event attempted twice in any configuration: {'yes' if clean else 'NO'}", ""]
     table = "\n".join(lines)
     print(table)
-    record("scale: dispatcher processes",
-           f"python bench/scale.py --events {args.events} --processes {args.processes}", table)
+    record(
+        "scale: dispatcher processes",
+        f"python bench/scale.py --events {args.events} --processes {args.processes}",
+        table,
+    )
     if not clean:
         raise SystemExit(1)
 

@@ -67,19 +67,38 @@ async def main() -> None:
     args = p.parse_args()
     rng = random.Random(args.seed)
     dsn = await fresh_database(server_dsn())
-    rx = ReceiverProcess("--fail-rate", str(args.fail_rate), "--hang-rate", str(args.hang_rate),
-                         "--hang-s", "5", "--seed", str(args.seed))
+    rx = ReceiverProcess(
+        "--fail-rate",
+        str(args.fail_rate),
+        "--hang-rate",
+        str(args.hang_rate),
+        "--hang-s",
+        "5",
+        "--seed",
+        str(args.seed),
+    )
     key = master_key()
-    env = service_env(dsn, key, http_timeout_s=2, lease_s=5, retry_base_s=0.2, retry_cap_s=3,
-                      max_attempts=args.max_attempts, poll_interval_s=0.2,
-                      concurrency=200, per_host_concurrency=200, batch_size=200,
-                      breaker_threshold=1_000_000)  # a 30 % failure rate must not open it
+    env = service_env(
+        dsn,
+        key,
+        http_timeout_s=2,
+        lease_s=5,
+        retry_base_s=0.2,
+        retry_cap_s=3,
+        max_attempts=args.max_attempts,
+        poll_interval_s=0.2,
+        concurrency=200,
+        per_host_concurrency=200,
+        batch_size=200,
+        breaker_threshold=1_000_000,
+    )  # a 30 % failure rate must not open it
     steady = start_dispatcher(env)
     victim = start_dispatcher(env)
     kills = leased_at_kills = 0
     started = time.perf_counter()
     producer = asyncio.create_task(
-        produce(dsn, SecretBox(base64.urlsafe_b64decode(key)), rx.url, args.events, 500))
+        produce(dsn, SecretBox(base64.urlsafe_b64decode(key)), rx.url, args.events, 500)
+    )
     conn = await asyncpg.connect(dsn)
     try:
         next_kill = time.perf_counter() + rng.expovariate(1 / args.kill_every)
@@ -91,7 +110,8 @@ async def main() -> None:
                 kills += 1
                 # Both dispatchers' leases: an upper bound on what this kill can duplicate.
                 leased_at_kills += await conn.fetchval(
-                    "SELECT count(*) FROM outbox WHERE leased_until > now()")
+                    "SELECT count(*) FROM outbox WHERE leased_until > now()"
+                )
                 victim = start_dispatcher(env)
                 next_kill = time.perf_counter() + rng.expovariate(1 / args.kill_every)
             if producer.done() and await outbox_empty(conn):
@@ -100,10 +120,12 @@ async def main() -> None:
         events = producer.result()
         dead = {r["event_id"] for r in await conn.fetch("SELECT event_id FROM dead_letters")}
         attempts = await conn.fetchrow(
-            "SELECT count(*) AS n, max(number) AS max_number FROM delivery_attempts")
+            "SELECT count(*) AS n, max(number) AS max_number FROM delivery_attempts"
+        )
         twice = await conn.fetchval(
             "SELECT count(*) FROM (SELECT 1 FROM delivery_attempts GROUP BY event_id, number "
-            "HAVING count(*) > 1) d")
+            "HAVING count(*) > 1) d"
+        )
         outbox_left = await conn.fetchval("SELECT count(*) FROM outbox")
         leased = await conn.fetchval("SELECT count(*) FROM outbox WHERE lease_token IS NOT NULL")
     finally:
@@ -142,9 +164,14 @@ async def main() -> None:
         f"| wall time | {elapsed:,.0f} s |\n"
     )
     print(table)
-    record("soak", f"python bench/soak.py --events {args.events} --fail-rate {args.fail_rate} "
-                   f"--kill-every {args.kill_every:g}", table,
-           file="RELIABILITY.md", header=RELIABILITY_HEADER)
+    record(
+        "soak",
+        f"python bench/soak.py --events {args.events} --fail-rate {args.fail_rate} "
+        f"--kill-every {args.kill_every:g}",
+        table,
+        file="RELIABILITY.md",
+        header=RELIABILITY_HEADER,
+    )
     if lost or outbox_left or twice or duplicates > leased_at_kills:
         raise SystemExit(1)
 

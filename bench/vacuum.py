@@ -54,8 +54,12 @@ async def one(server: str, key: str, url: str, rows: int, pinned: bool) -> dict[
     await asyncio.sleep(0.5)
     vacuumed = await conn.fetchrow(SIZES)
     await conn.close()
-    return {"rate": rate, "after": after, "vacuumed": vacuumed,
-            "claim_p99": percentile(claims, 0.99)}
+    return {
+        "rate": rate,
+        "after": after,
+        "vacuumed": vacuumed,
+        "claim_p99": percentile(claims, 0.99),
+    }
 
 
 async def main() -> None:
@@ -78,13 +82,19 @@ async def main() -> None:
         lines.append(
             f"| {name} | {r['rate']:,.0f} | {r['claim_p99']:.1f} ms | {a['dead']:,} "  # type: ignore[index]
             f"| {mb(a['heap'])} / {mb(a['indexes'])} "  # type: ignore[index]
-            f"| {mb(v['heap'])} / {mb(v['indexes'])}, {v['dead']:,} dead |")  # type: ignore[index]
+            f"| {mb(v['heap'])} / {mb(v['indexes'])}, {v['dead']:,} dead |"
+        )  # type: ignore[index]
     ratio = float(held["rate"]) / float(free["rate"])  # type: ignore[arg-type]
     lines += ["", f"ratio pinned / free = {ratio:.2f}; database: {await server_facts(server)}", ""]
     table = "\n".join(lines)
     print(table)
-    record("vacuum blocked by an idle transaction", f"python bench/vacuum.py --rows {args.rows}",
-           table, file="RELIABILITY.md", header=RELIABILITY_HEADER)
+    record(
+        "vacuum blocked by an idle transaction",
+        f"python bench/vacuum.py --rows {args.rows}",
+        table,
+        file="RELIABILITY.md",
+        header=RELIABILITY_HEADER,
+    )
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ def _parse(text: str) -> dict[str, str]:
     blocks: dict[str, str] = {}
     marks = list(_NAME.finditer(text))
     for mark, nxt in zip(marks, [*marks[1:], None], strict=True):
-        body = text[mark.end(): nxt.start() if nxt else len(text)]
+        body = text[mark.end() : nxt.start() if nxt else len(text)]
         lines = body.strip("\n").splitlines()
         while lines and lines[0].startswith("--"):
             lines.pop(0)

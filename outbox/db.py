@@ -48,9 +48,7 @@ def schema_sql() -> str:
 async def init_connection(conn: asyncpg.Connection) -> None:
     """Decode json/jsonb to Python values and always talk UTC."""
     for typ in ("json", "jsonb"):
-        await conn.set_type_codec(
-            typ, encoder=json.dumps, decoder=json.loads, schema="pg_catalog"
-        )
+        await conn.set_type_codec(typ, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
 
 
 async def apply_schema(conn: asyncpg.Connection) -> None:
@@ -74,8 +72,9 @@ async def _with_retries(factory: Callable[[], Awaitable[T]], wait_s: float) -> T
         ):
             with attempt:
                 if attempt.retry_state.attempt_number > 1:
-                    log.info("waiting for the database (attempt %d)",
-                             attempt.retry_state.attempt_number)
+                    log.info(
+                        "waiting for the database (attempt %d)", attempt.retry_state.attempt_number
+                    )
                 return await factory()
     except RetryError as exc:
         last = exc.last_attempt.exception()
@@ -104,8 +103,13 @@ async def create_pool(
 
     async def factory() -> asyncpg.Pool:
         return await asyncpg.create_pool(
-            dsn, min_size=min_size, max_size=max_size, init=init_connection,
-            server_settings=SERVER_SETTINGS, reset=_keep_session, **kwargs,
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            init=init_connection,
+            server_settings=SERVER_SETTINGS,
+            reset=_keep_session,
+            **kwargs,
         )
 
     return await _with_retries(factory, wait_s)

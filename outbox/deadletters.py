@@ -15,8 +15,13 @@ from .store import events
 from .store.deadletters import DeadLetter, DeadLetterFilter
 
 __all__ = [
-    "DeadLetter", "DeadLetterFilter", "get_dead_letter", "list_dead_letters", "replay_batch",
-    "replay_one", "to_resource",
+    "DeadLetter",
+    "DeadLetterFilter",
+    "get_dead_letter",
+    "list_dead_letters",
+    "replay_batch",
+    "replay_one",
+    "to_resource",
 ]
 
 REPLAY_BATCH = 1000
@@ -24,17 +29,26 @@ REPLAY_BATCH = 1000
 
 def to_resource(letter: DeadLetter) -> dict[str, Any]:
     return {
-        "eventId": letter.event_id, "tenantId": letter.tenant_id, "taskId": letter.task_id,
-        "eventType": letter.event_type, "callbackUrl": letter.callback_url,
-        "createdAt": iso(letter.created_at), "failedAt": iso(letter.failed_at),
-        "attempts": letter.attempts, "lastError": letter.last_error,
-        "lastStatusCode": letter.last_status_code, "replayCount": letter.replay_count,
+        "eventId": letter.event_id,
+        "tenantId": letter.tenant_id,
+        "taskId": letter.task_id,
+        "eventType": letter.event_type,
+        "callbackUrl": letter.callback_url,
+        "createdAt": iso(letter.created_at),
+        "failedAt": iso(letter.failed_at),
+        "attempts": letter.attempts,
+        "lastError": letter.last_error,
+        "lastStatusCode": letter.last_status_code,
+        "replayCount": letter.replay_count,
     }
 
 
 async def list_dead_letters(
-    conn: asyncpg.Connection, flt: DeadLetterFilter, *,
-    after: tuple[datetime, str] | None = None, limit: int = 100,
+    conn: asyncpg.Connection,
+    flt: DeadLetterFilter,
+    *,
+    after: tuple[datetime, str] | None = None,
+    limit: int = 100,
 ) -> tuple[list[DeadLetter], tuple[datetime, str] | None]:
     """A page of unreplayed letters in (failed_at, event_id) order, and the next cursor."""
     rows = await store.list_dead_letters(conn, flt=flt, after=after, limit=limit + 1)

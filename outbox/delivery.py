@@ -101,7 +101,7 @@ async def attempt(
                 event.callback_url, event.body, headers, limits.max_response_bytes
             )
         status = reply.status
-        prefix = _text(reply.body[:PREFIX_CHARS * 4])[:PREFIX_CHARS] or None
+        prefix = _text(reply.body[: PREFIX_CHARS * 4])[:PREFIX_CHARS] or None
         outcome, error, retry_after = _judge(status, reply.headers)
     except TimeoutError:
         outcome, error = "retry", f"timed out after {limits.total_timeout_s:g}s"
@@ -121,6 +121,4 @@ async def attempt(
         else:
             delay = policy.next_delay(event.budget_used + 1, retry_after=retry_after)
             next_at = attempted_at + timedelta(seconds=delay)
-    return AttemptResult(
-        event, outcome, attempted_at, duration_ms, status, error, prefix, next_at
-    )
+    return AttemptResult(event, outcome, attempted_at, duration_ms, status, error, prefix, next_at)

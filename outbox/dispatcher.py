@@ -88,8 +88,9 @@ class Dispatcher:
         self._box = secret_box
         self.keyring = Keyring(secret_box)
         self.counters: Counter[str] = Counter()
-        self.recorder = Recorder(pool, self.counters, batch_size=config.batch_size,
-                                 breaker=config.breaker)
+        self.recorder = Recorder(
+            pool, self.counters, batch_size=config.batch_size, breaker=config.breaker
+        )
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._in_flight: dict[int, tuple[ClaimedEvent, asyncio.Task[None]]] = {}
@@ -102,8 +103,13 @@ class Dispatcher:
     async def run(self) -> None:
         """Claim and deliver until stopped; returns after a graceful drain."""
         # Any (re)connect may have missed a NOTIFY: wake and look, as on one.
-        listener = Listener(self.dsn, OUTBOX_CHANNEL, lambda _: self._wake.set(),
-                            on_gap=self._wake.set, name="hookrelay-dispatcher-listen")
+        listener = Listener(
+            self.dsn,
+            OUTBOX_CHANNEL,
+            lambda _: self._wake.set(),
+            on_gap=self._wake.set,
+            name="hookrelay-dispatcher-listen",
+        )
         await listener.start()
         recorder = asyncio.create_task(self.recorder.run(), name="hookrelay-recorder")
         try:
@@ -164,15 +170,17 @@ class Dispatcher:
         saturated = [h for h, n in self._per_host.items() if n >= self.config.per_host_concurrency]
         lease_s, owner, token = self.config.lease_s, self.config.owner, uuid.uuid4()
         async with self.pool.acquire() as conn:
-            rows = await delivery.claim(conn, limit=want, lease_s=lease_s, owner=owner,
-                                        token=token, saturated=saturated)
+            rows = await delivery.claim(
+                conn, limit=want, lease_s=lease_s, owner=owner, token=token, saturated=saturated
+            )
             # One probe for each host whose open circuit is due one; looked for
             # once per poll interval, not on every claim of a busy dispatcher.
             if time.monotonic() >= self._next_probe_check:
                 self._next_probe_check = time.monotonic() + self.config.poll_interval_s
                 for host in await take_probes(conn, self.config.breaker):
-                    rows += await delivery.claim(conn, limit=1, lease_s=lease_s, owner=owner,
-                                                 token=token, probe_host=host)
+                    rows += await delivery.claim(
+                        conn, limit=1, lease_s=lease_s, owner=owner, token=token, probe_host=host
+                    )
                     self.counters["probes"] += 1
             if not rows:
                 return 0, want
@@ -191,9 +199,9 @@ class Dispatcher:
                 held.append(event)
                 continue
             if signer is None:
-                self.recorder.add(AttemptResult(
-                    event, "dead", datetime.now(UTC), 0.0, error=UNDECRYPTABLE
-                ))
+                self.recorder.add(
+                    AttemptResult(event, "dead", datetime.now(UTC), 0.0, error=UNDECRYPTABLE)
+                )
                 self.counters["undecryptable"] += 1
                 continue
             if self._per_host[event.host] >= self.config.per_host_concurrency:
@@ -203,9 +211,12 @@ class Dispatcher:
             task = asyncio.create_task(self._deliver(event, signer))
             self._in_flight[event.id] = (event, task)
         if held:
-            log.error("this process's master key (id %s) no longer matches the database's; "
-                      "holding %d events: restart it with the current HOOKRELAY_MASTER_KEY",
-                      self._box.key_id, len(held))
+            log.error(
+                "this process's master key (id %s) no longer matches the database's; "
+                "holding %d events: restart it with the current HOOKRELAY_MASTER_KEY",
+                self._box.key_id,
+                len(held),
+            )
             self.counters["held_wrong_key"] += len(held)
         if excess or held:
             await self._release(excess + held)
@@ -232,12 +243,19 @@ class Dispatcher:
     async def _deliver(self, event: ClaimedEvent, signer: Signer) -> None:
         try:
             result = await attempt(
-                self.sender, event, signer, self.config.policy,
-                self.config.addresses, self.config.limits,
+                self.sender,
+                event,
+                signer,
+                self.config.policy,
+                self.config.addresses,
+                self.config.limits,
             )
             self.recorder.add(result)
-            log.debug("attempt %s", result.outcome,
-                      extra={"event_id": event.event_id, "task_id": event.task_id})
+            log.debug(
+                "attempt %s",
+                result.outcome,
+                extra={"event_id": event.event_id, "task_id": event.task_id},
+            )
         finally:
             self._in_flight.pop(event.id, None)
             self._per_host[event.host] -= 1

@@ -35,9 +35,7 @@ class Reply:
 
 
 class Sender(Protocol):
-    async def post(
-        self, url: str, body: bytes, headers: Mapping[str, str], cap: int
-    ) -> Reply: ...
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str], cap: int) -> Reply: ...
 
     async def aclose(self) -> None: ...
 
@@ -53,7 +51,11 @@ class AiohttpSender:
     """A guarded aiohttp session, opened on first use inside the running loop."""
 
     def __init__(
-        self, addresses: AddressPolicy, *, concurrency: int, per_host: int,
+        self,
+        addresses: AddressPolicy,
+        *,
+        concurrency: int,
+        per_host: int,
         connect_timeout_s: float,
     ) -> None:
         self._addresses = addresses
@@ -73,8 +75,11 @@ class AiohttpSender:
         # trust_env=False: proxies from the environment are ignored, or the
         # guard would check the proxy instead of the destination.
         return aiohttp.ClientSession(
-            connector=connector, trust_env=False, auto_decompress=True,
-            timeout=self._timeout, headers={"user-agent": USER_AGENT},
+            connector=connector,
+            trust_env=False,
+            auto_decompress=True,
+            timeout=self._timeout,
+            headers={"user-agent": USER_AGENT},
         )
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str], cap: int) -> Reply:

@@ -29,8 +29,13 @@ class Listener:
     """
 
     def __init__(
-        self, dsn: str, channel: str, callback: Callable[[str], None], *,
-        on_gap: Callable[[], None] = lambda: None, name: str = "hookrelay-listener",
+        self,
+        dsn: str,
+        channel: str,
+        callback: Callable[[str], None],
+        *,
+        on_gap: Callable[[], None] = lambda: None,
+        name: str = "hookrelay-listener",
     ) -> None:
         self._dsn, self._channel, self._callback, self._on_gap = dsn, channel, callback, on_gap
         self._name = name

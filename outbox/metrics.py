@@ -5,10 +5,13 @@ from __future__ import annotations
 from prometheus_client import Counter, Histogram
 
 DELIVERIES = Counter(
-    "hookrelay_deliveries", "Delivery attempts recorded, by outcome "
-    "(delivered, retry, dead; stale = dropped by the lease fence)", ["outcome"],
+    "hookrelay_deliveries",
+    "Delivery attempts recorded, by outcome "
+    "(delivered, retry, dead; stale = dropped by the lease fence)",
+    ["outcome"],
 )
 ATTEMPT_SECONDS = Histogram(
-    "hookrelay_attempt_duration_seconds", "Duration of one delivery attempt",
+    "hookrelay_attempt_duration_seconds",
+    "Duration of one delivery attempt",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30),
 )

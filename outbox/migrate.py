@@ -82,7 +82,9 @@ async def status(conn: asyncpg.Connection) -> list[MigrationStatus]:
         applied[1] = None  # the next migrate records 0001 without running it
     return [
         MigrationStatus(
-            m.version, m.name, "applied" if m.version in applied else "pending",
+            m.version,
+            m.name,
+            "applied" if m.version in applied else "pending",
             applied.get(m.version),
         )
         for m in migrations()

@@ -24,7 +24,11 @@ RETRY_PAUSE_S = 0.5
 
 class Recorder:
     def __init__(
-        self, pool: asyncpg.Pool, counters: Counter[str], *, batch_size: int,
+        self,
+        pool: asyncpg.Pool,
+        counters: Counter[str],
+        *,
+        batch_size: int,
         breaker: BreakerPolicy,
     ) -> None:
         self._pool = pool
@@ -55,8 +59,11 @@ class Recorder:
                 if await self._write(batch):
                     del self._pending[: len(batch)]
                 elif self._stopping:
-                    log.error("dropping %d unrecorded outcomes at shutdown; their leases "
-                              "will expire and the events be retried", len(self._pending))
+                    log.error(
+                        "dropping %d unrecorded outcomes at shutdown; their leases "
+                        "will expire and the events be retried",
+                        len(self._pending),
+                    )
                     self._pending.clear()
                 else:
                     await asyncio.sleep(RETRY_PAUSE_S)
@@ -64,13 +71,26 @@ class Recorder:
                 return
 
     async def _write(self, batch: list[AttemptResult]) -> bool:
-        rows = [OutcomeRow(r.event.id, r.event.token, r.outcome, r.next_at, r.status_code,
-                           r.error, r.attempted_at, r.duration_ms, r.response_prefix)
-                for r in batch]
+        rows = [
+            OutcomeRow(
+                r.event.id,
+                r.event.token,
+                r.outcome,
+                r.next_at,
+                r.status_code,
+                r.error,
+                r.attempted_at,
+                r.duration_ms,
+                r.response_prefix,
+            )
+            for r in batch
+        ]
         try:
             async with self._pool.acquire() as conn:
                 kept = await record_outcomes(
-                    conn, outcomes=rows, breaker_threshold=self._breaker.threshold,
+                    conn,
+                    outcomes=rows,
+                    breaker_threshold=self._breaker.threshold,
                     breaker_probe_s=self._breaker.probe_s,
                 )
         except TRANSIENT_ERRORS as exc:
@@ -80,8 +100,9 @@ class Recorder:
             if len(batch) == 1:
                 # Not transient and not the batch's fault: drop this one outcome;
                 # its lease runs out and the event is attempted again.
-                log.error("cannot record outcome: %s", exc,
-                          extra={"event_id": batch[0].event.event_id})
+                log.error(
+                    "cannot record outcome: %s", exc, extra={"event_id": batch[0].event.event_id}
+                )
                 self._counters["unrecorded"] += 1
                 return True
             for one in batch:
@@ -99,5 +120,3 @@ class Recorder:
             DELIVERIES.labels(outcome).inc()
             ATTEMPT_SECONDS.observe(r.duration_ms / 1000)
         return True
-
-

@@ -28,9 +28,13 @@ async def redeliver(
         if not task.terminal or task.event_id is None:
             raise NotTerminal(task_id, task)
         event = OutboxEvent(
-            event_id=task.event_id, tenant_id=task.tenant_id, task_id=task.id,
-            event_type=f"task.{task.status}", callback_url=task.callback_url,
-            host=destination_host(task.callback_url), body=event_body(task),
+            event_id=task.event_id,
+            tenant_id=task.tenant_id,
+            task_id=task.id,
+            event_type=f"task.{task.status}",
+            callback_url=task.callback_url,
+            host=destination_host(task.callback_url),
+            body=event_body(task),
         )
         if not await put_back(conn, [event], by=by, task_id=task.id):
             raise AlreadyPending(task_id, task)

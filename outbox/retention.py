@@ -25,7 +25,10 @@ async def _purge(pool: asyncpg.Pool, purge: Purge, cutoff: datetime, max_batches
 
 
 async def purge(
-    pool: asyncpg.Pool, *, attempts_older_than_s: float, tasks_older_than_s: float,
+    pool: asyncpg.Pool,
+    *,
+    attempts_older_than_s: float,
+    tasks_older_than_s: float,
     max_batches: int = 10,
 ) -> tuple[int, int]:
     """Delete up to ``max_batches`` batches of each; returns (attempts, tasks) deleted.
@@ -34,8 +37,10 @@ async def purge(
     one long-running delete.
     """
     now = datetime.now(UTC)
-    attempts = await _purge(pool, store.purge_attempts,
-                            now - timedelta(seconds=attempts_older_than_s), max_batches)
-    tasks = await _purge(pool, store.purge_tasks,
-                         now - timedelta(seconds=tasks_older_than_s), max_batches)
+    attempts = await _purge(
+        pool, store.purge_attempts, now - timedelta(seconds=attempts_older_than_s), max_batches
+    )
+    tasks = await _purge(
+        pool, store.purge_tasks, now - timedelta(seconds=tasks_older_than_s), max_batches
+    )
     return attempts, tasks

@@ -148,7 +148,8 @@ class AddressPolicy:
         if port_text:
             if not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) < 65536:
                 raise InvalidCallbackUrl(
-                    f"port must be a number from 1 to 65535, not {port_text!r}")
+                    f"port must be a number from 1 to 65535, not {port_text!r}"
+                )
             port = int(port_text)
         host, literal = _normalize_host(host, bracketed)
         if literal is not None:
@@ -157,7 +158,8 @@ class AddressPolicy:
                 raise BlockedDestination(reason)
             if host != str(literal):
                 raise InvalidCallbackUrl(
-                    f"host {host!r} is a non-canonical IPv4 address ({literal})")
+                    f"host {host!r} is a non-canonical IPv4 address ({literal})"
+                )
         return ParsedTarget(parts.scheme, host, port, url)
 
 

@@ -48,8 +48,11 @@ async def run(
         try:
             if retention is not None and time.monotonic() >= next_purge:
                 next_purge = time.monotonic() + retention.every_s
-                purged = await purge(pool, attempts_older_than_s=retention.attempts_s,
-                                     tasks_older_than_s=retention.tasks_s)
+                purged = await purge(
+                    pool,
+                    attempts_older_than_s=retention.attempts_s,
+                    tasks_older_than_s=retention.tasks_s,
+                )
                 if any(purged):
                     log.info("purged %d attempt rows and %d tasks past retention", *purged)
             n = await sweep_once(pool)

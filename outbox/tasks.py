@@ -60,15 +60,25 @@ async def create_task(
             assert first is not None
             return first, False
         task = await _insert(conn, tenant_id, spec)
-        await store.idempotency_put(conn, tenant_id=tenant_id, key=key,
-                                    request_hash=idempotency.request_hash, task_id=task.id)
+        await store.idempotency_put(
+            conn,
+            tenant_id=tenant_id,
+            key=key,
+            request_hash=idempotency.request_hash,
+            task_id=task.id,
+        )
     return task, True
 
 
 async def _insert(conn: asyncpg.Connection, tenant_id: str, spec: NewTask) -> Task:
     return await store.insert_task(
-        conn, task_id=TaskId(ids.task_id()), tenant_id=tenant_id, type=spec.type,
-        input=spec.input, callback_url=spec.callback_url, metadata=spec.metadata,
+        conn,
+        task_id=TaskId(ids.task_id()),
+        tenant_id=tenant_id,
+        type=spec.type,
+        input=spec.input,
+        callback_url=spec.callback_url,
+        metadata=spec.metadata,
         timeout_s=spec.timeout_s,
     )
 
@@ -97,8 +107,12 @@ async def list_tasks(
 ) -> tuple[list[Task], Cursor | None]:
     """One page in (updated_at, id) order and the cursor of the next, if any."""
     rows = await store.list_tasks(
-        conn, tenant_id=tenant_id, status=status, updated_after=updated_after,
-        after=(after.updated_at, after.id) if after else None, limit=limit + 1,
+        conn,
+        tenant_id=tenant_id,
+        status=status,
+        updated_after=updated_after,
+        after=(after.updated_at, after.id) if after else None,
+        limit=limit + 1,
     )
     tasks = rows[:limit]
     more = len(rows) > limit

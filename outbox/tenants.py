@@ -38,10 +38,12 @@ async def create_tenant(conn: asyncpg.Connection, name: str, box: SecretBox) -> 
     """Create a tenant with a fresh API key and signing secret."""
     tenant_id, api_key, secret = TenantId(ids.tenant_id()), ids.api_key(), generate_secret()
     async with conn.transaction():
-        await store.insert_tenant(conn, tenant_id=tenant_id, name=name,
-                                  api_key_hash=hash_api_key(api_key))
-        await store.insert_secret(conn, tenant_id=tenant_id,
-                                  secret_enc=box.encrypt(secret, aad=tenant_id.encode()))
+        await store.insert_tenant(
+            conn, tenant_id=tenant_id, name=name, api_key_hash=hash_api_key(api_key)
+        )
+        await store.insert_secret(
+            conn, tenant_id=tenant_id, secret_enc=box.encrypt(secret, aad=tenant_id.encode())
+        )
     return NewTenant(tenant_id, name, api_key, secret)
 
 
@@ -54,8 +56,9 @@ async def rotate_secret(
         if not await store.tenant_exists(conn, tenant_id=tenant_id):
             raise TenantNotFound(tenant_id)
         await store.expire_secrets(conn, tenant_id=tenant_id, overlap_s=overlap_s)
-        await store.insert_secret(conn, tenant_id=tenant_id,
-                                  secret_enc=box.encrypt(secret, aad=tenant_id.encode()))
+        await store.insert_secret(
+            conn, tenant_id=tenant_id, secret_enc=box.encrypt(secret, aad=tenant_id.encode())
+        )
     return secret
 
 

@@ -21,8 +21,15 @@ from .models import LIVE_STATUSES, TERMINAL_STATUSES, EventId, Task, TaskStatus,
 from .store import events, tasks
 
 __all__ = [
-    "TERMINAL_STATUSES", "TerminalStatus", "cancel_task", "complete_task", "destination_host",
-    "enqueue_event", "event_body", "start_task", "timeout_task",
+    "TERMINAL_STATUSES",
+    "TerminalStatus",
+    "cancel_task",
+    "complete_task",
+    "destination_host",
+    "enqueue_event",
+    "event_body",
+    "start_task",
+    "timeout_task",
 ]
 
 
@@ -47,9 +54,14 @@ async def enqueue_event(conn: asyncpg.Connection, task: Task) -> None:
     """Write the outbox row for ``task``'s terminal event and wake dispatchers."""
     assert task.event_id is not None
     await events.insert_outbox(
-        conn, event_id=task.event_id, tenant_id=task.tenant_id, task_id=task.id,
-        event_type=f"task.{task.status}", callback_url=task.callback_url,
-        host=destination_host(task.callback_url), body=event_body(task),
+        conn,
+        event_id=task.event_id,
+        tenant_id=task.tenant_id,
+        task_id=task.id,
+        event_type=f"task.{task.status}",
+        callback_url=task.callback_url,
+        host=destination_host(task.callback_url),
+        body=event_body(task),
     )
 
 
@@ -67,8 +79,14 @@ async def _transition(
     new_event = EventId(ids.event_id()) if terminal else None
     async with conn.transaction():
         task = await tasks.transition_task(
-            conn, task_id=task_id, status=status, allowed_from=allowed_from, result=result,
-            error=error, event_id=new_event, tenant_id=tenant_id,
+            conn,
+            task_id=task_id,
+            status=status,
+            allowed_from=allowed_from,
+            result=result,
+            error=error,
+            event_id=new_event,
+            tenant_id=tenant_id,
         )
         if task is None:
             current = await tasks.get_task(conn, task_id=task_id, tenant_id=tenant_id)
@@ -103,7 +121,12 @@ async def complete_task(
     if status not in TERMINAL_STATUSES:
         raise ValueError(f"{status!r} is not a terminal status")
     return await _transition(
-        conn, task_id, status, LIVE_STATUSES, result=result, error=error,
+        conn,
+        task_id,
+        status,
+        LIVE_STATUSES,
+        result=result,
+        error=error,
         tenant_id=tenant_id,
     )
 
@@ -118,6 +141,8 @@ async def cancel_task(
 async def timeout_task(conn: asyncpg.Connection, task_id: str) -> Task:
     """→ timed_out, with a ``task.timed_out`` event."""
     return await complete_task(
-        conn, task_id, "timed_out",
+        conn,
+        task_id,
+        "timed_out",
         error={"code": "timed_out", "message": "no result before the task's deadline"},
     )

@@ -56,8 +56,13 @@ def create_app(
 
     app = Starlette(
         routes=[
-            *health.routes, *metrics.routes, *tasks.routes, *admin.routes, *deadletters.routes,
-            *destinations.routes, *openapi.routes,
+            *health.routes,
+            *metrics.routes,
+            *tasks.routes,
+            *admin.routes,
+            *deadletters.routes,
+            *destinations.routes,
+            *openapi.routes,
         ],
         exception_handlers=HANDLERS,
         middleware=[Middleware(HeaderLimit)],
@@ -69,5 +74,3 @@ def create_app(
     app.state.secret_box = runtime.secret_box
     app.state.address_policy = settings.address_policy()
     return app
-
-

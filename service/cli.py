@@ -70,7 +70,9 @@ async def _serve(runtime: Runtime, *, with_dispatcher: bool) -> None:
 async def _dispatch(runtime: Runtime) -> None:
     await _migrate(runtime)
     pool = await create_pool(
-        runtime.dsn, min_size=1, max_size=runtime.settings.db_pool_size,
+        runtime.dsn,
+        min_size=1,
+        max_size=runtime.settings.db_pool_size,
         wait_s=runtime.settings.db_wait_s,
     )
     dispatcher = make_dispatcher(runtime, pool)
@@ -79,18 +81,14 @@ async def _dispatch(runtime: Runtime) -> None:
         loop.add_signal_handler(sig, dispatcher.stop)
     log.info("dispatcher %s started", dispatcher.config.owner)
     try:
-        async with sweeping(
-            pool, runtime.settings.sweep_interval_s, runtime.settings.retention()
-        ):
+        async with sweeping(pool, runtime.settings.sweep_interval_s, runtime.settings.retention()):
             await dispatcher.run()
     finally:
         await pool.close()
 
 
 async def _dead_letters(runtime: Runtime, args: argparse.Namespace) -> int:
-    pool = await create_pool(
-        runtime.dsn, min_size=1, max_size=1, wait_s=runtime.settings.db_wait_s
-    )
+    pool = await create_pool(runtime.dsn, min_size=1, max_size=1, wait_s=runtime.settings.db_wait_s)
     try:
         async with pool.acquire() as conn:
             return await deadletters_cli.run(conn, args)
@@ -100,21 +98,24 @@ async def _dead_letters(runtime: Runtime, args: argparse.Namespace) -> int:
 
 async def _tenants_create(runtime: Runtime, name: str, as_json: bool) -> None:
     await _migrate(runtime)
-    pool = await create_pool(
-        runtime.dsn, min_size=1, max_size=1, wait_s=runtime.settings.db_wait_s
-    )
+    pool = await create_pool(runtime.dsn, min_size=1, max_size=1, wait_s=runtime.settings.db_wait_s)
     try:
         async with pool.acquire() as conn:
             t = await create_tenant(conn, name, runtime.secret_box)
     finally:
         await pool.close()
     if as_json:
-        print(json.dumps({"id": t.id, "name": t.name, "apiKey": t.api_key,
-                          "signingSecret": t.signing_secret}))
+        print(
+            json.dumps(
+                {"id": t.id, "name": t.name, "apiKey": t.api_key, "signingSecret": t.signing_secret}
+            )
+        )
     else:
-        print(f"tenant id:       {t.id}\nname:            {t.name}\n"
-              f"api key:         {t.api_key}\nsigning secret:  {t.signing_secret}\n"
-              "(shown once: store them now)")
+        print(
+            f"tenant id:       {t.id}\nname:            {t.name}\n"
+            f"api key:         {t.api_key}\nsigning secret:  {t.signing_secret}\n"
+            "(shown once: store them now)"
+        )
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -22,8 +22,9 @@ NEW_KEY_VAR = "HOOKRELAY_NEW_MASTER_KEY"
 
 def add_parsers(sub: Any) -> None:
     migrate = sub.add_parser("migrate", help="apply pending schema migrations")
-    migrate.add_argument("--status", action="store_true",
-                         help="list migrations, applied and pending; change nothing")
+    migrate.add_argument(
+        "--status", action="store_true", help="list migrations, applied and pending; change nothing"
+    )
     key = sub.add_parser("master-key", help="manage the master key")
     actions = key.add_subparsers(dest="action", required=True)
     actions.add_parser(
@@ -37,9 +38,7 @@ async def run_migrate(runtime: Runtime, args: argparse.Namespace) -> None:
         # `migrate` is often run by a deploy step that holds no key at all.
         await open_database(runtime, check_key=not runtime.master_key_generated)
         return
-    pool = await create_pool(
-        runtime.dsn, min_size=1, max_size=1, wait_s=runtime.settings.db_wait_s
-    )
+    pool = await create_pool(runtime.dsn, min_size=1, max_size=1, wait_s=runtime.settings.db_wait_s)
     try:
         async with pool.acquire() as conn:
             rows = await status(conn)
@@ -67,9 +66,7 @@ async def run_rotate(runtime: Runtime) -> None:
     if new.key_id == old.key_id:
         raise ConfigurationError(f"{NEW_KEY_VAR} is the current key ({old.key_id})")
     await open_database(runtime)
-    pool = await create_pool(
-        runtime.dsn, min_size=1, max_size=1, wait_s=runtime.settings.db_wait_s
-    )
+    pool = await create_pool(runtime.dsn, min_size=1, max_size=1, wait_s=runtime.settings.db_wait_s)
     try:
         async with pool.acquire() as conn:
             count = await rotate(conn, old, new)

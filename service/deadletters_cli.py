@@ -47,8 +47,10 @@ def add_parser(sub: Any) -> None:
 
 def _filter(args: argparse.Namespace) -> DeadLetterFilter:
     return DeadLetterFilter(
-        tenant_id=args.tenant, since=timestamp("--since", args.since),
-        until=timestamp("--until", args.until), event_type=args.event_type,
+        tenant_id=args.tenant,
+        since=timestamp("--since", args.since),
+        until=timestamp("--until", args.until),
+        event_type=args.event_type,
     )
 
 
@@ -63,8 +65,15 @@ async def _all(conn: asyncpg.Connection, flt: DeadLetterFilter) -> list[DeadLett
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
-    cols = ["eventId", "tenantId", "eventType", "failedAt", "attempts", "lastStatusCode",
-            "lastError"]
+    cols = [
+        "eventId",
+        "tenantId",
+        "eventType",
+        "failedAt",
+        "attempts",
+        "lastStatusCode",
+        "lastError",
+    ]
     cells = [[str(r.get(c) if r.get(c) is not None else "-")[:60] for c in cols] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
     line = "  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True))
@@ -91,8 +100,11 @@ async def run(conn: asyncpg.Connection, args: argparse.Namespace) -> int:
         return 0
     if args.action == "show":
         row, history = await get_dead_letter(conn, args.event_id)
-        out = {**to_resource(row), "replayedAt": iso(row.replayed_at),
-               "attemptHistory": [a.to_resource() for a in history]}
+        out = {
+            **to_resource(row),
+            "replayedAt": iso(row.replayed_at),
+            "attemptHistory": [a.to_resource() for a in history],
+        }
         print(json.dumps(out, indent=None if args.json else 2))
         return 0
     # replay

@@ -52,7 +52,11 @@ class ApiError(Exception):
     code = "internal_error"
 
     def __init__(
-        self, message: str, *, code: str | None = None, extra: dict[str, Any] | None = None,
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        extra: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
@@ -100,7 +104,11 @@ class ServiceUnavailable(ApiError):
 
 
 def error_response(
-    status: int, code: str, message: str, *, extra: dict[str, Any] | None = None,
+    status: int,
+    code: str,
+    message: str,
+    *,
+    extra: dict[str, Any] | None = None,
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
     body: dict[str, Any] = {"error": {"code": code, "message": message}}
@@ -120,7 +128,9 @@ async def on_http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     codes = {404: "not_found", 405: "method_not_allowed"}
     return error_response(
-        exc.status_code, codes.get(exc.status_code, "http_error"), str(exc.detail),
+        exc.status_code,
+        codes.get(exc.status_code, "http_error"),
+        str(exc.detail),
         headers=dict(exc.headers or {}),
     )
 
@@ -128,7 +138,9 @@ async def on_http_exception(request: Request, exc: Exception) -> Response:
 async def on_unavailable(request: Request, exc: Exception) -> Response:
     log.warning("database unavailable: %s", exc)
     return error_response(
-        503, "unavailable", "the database is unavailable; retry shortly",
+        503,
+        "unavailable",
+        "the database is unavailable; retry shortly",
         headers={"Retry-After": "1"},
     )
 
@@ -162,10 +174,10 @@ OUTBOX_ANSWERS: dict[type[OutboxError], Answer] = {
     IdempotencyKeyReused: Answer(422, "idempotency_key_reused"),
     IdempotencyInFlight: Answer(409, "idempotency_in_flight", headers={"Retry-After": "1"}),
     InvalidTransition: Answer(409, "invalid_transition", _transition_message, with_task=True),
-    NotTerminal: Answer(409, "not_terminal", "the task has no terminal event yet",
-                        with_task=True),
-    AlreadyPending: Answer(409, "delivery_pending", "the event is already waiting for delivery",
-                           with_task=True),
+    NotTerminal: Answer(409, "not_terminal", "the task has no terminal event yet", with_task=True),
+    AlreadyPending: Answer(
+        409, "delivery_pending", "the event is already waiting for delivery", with_task=True
+    ),
 }
 
 

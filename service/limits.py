@@ -23,7 +23,8 @@ class HeaderLimit:
             size = sum(len(name) + len(value) + 4 for name, value in scope["headers"])
             if size > self.max_bytes:
                 response = error_response(
-                    431, "headers_too_large",
+                    431,
+                    "headers_too_large",
                     f"request headers are {size} bytes; the limit is {self.max_bytes}",
                 )
                 await response(scope, receive, send)

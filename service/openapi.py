@@ -20,48 +20,118 @@ def _enum(literal: Any) -> Schema:
 
 TS: Schema = {"type": ["string", "null"], "format": "date-time"}
 ERROR: Schema = {
-    "type": "object", "required": ["error"],
-    "properties": {"error": {"type": "object", "required": ["code", "message"], "properties": {
-        "code": {"type": "string"}, "message": {"type": "string"}}}},
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message"],
+            "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+        }
+    },
 }
-DELIVERY: Schema = {"type": "object", "properties": {
-    "eventId": {"type": ["string", "null"]},
-    "status": _enum(DeliveryStatus),
-    "attempts": {"type": "integer"}, "lastAttemptAt": TS,
-    "lastStatusCode": {"type": ["integer", "null"]}, "lastError": {"type": ["string", "null"]},
-    "nextAttemptAt": TS, "deliveredAt": TS,
-}}
-TASK: Schema = {"type": "object", "required": ["id", "type", "status", "version", "delivery"],
-                "properties": {
-    "id": {"type": "string", "pattern": "^task_"}, "type": {"type": "string"},
-    "status": _enum(TaskStatus),
-    "input": {}, "result": {}, "error": {}, "callbackUrl": {"type": "string", "format": "uri"},
-    "metadata": {"type": ["object", "null"]}, "createdAt": TS, "updatedAt": TS,
-    "completedAt": TS, "timeoutAt": TS, "version": {"type": "integer"}, "delivery": DELIVERY,
-}}
-SUBMIT: Schema = {"type": "object", "required": ["type", "callbackUrl"],
-                  "additionalProperties": False, "properties": {
-    "type": {"type": "string", "minLength": 1, "maxLength": 100}, "input": {},
-    "callbackUrl": {"type": "string", "maxLength": 2048}, "metadata": {"type": "object"},
-    "timeoutSeconds": {"type": "number", "exclusiveMinimum": 0, "maximum": 2592000},
-}}
-COMPLETE: Schema = {"type": "object", "required": ["status"], "additionalProperties": False,
-                    "properties": {"status": _enum(TerminalStatus),
-                                   "result": {}, "error": {}}}
-ATTEMPT: Schema = {"type": "object", "properties": {
-    "eventId": {"type": "string"}, "number": {"type": "integer"}, "attemptedAt": TS,
-    "durationMs": {"type": "number"}, "outcome": _enum(Outcome),
-    "statusCode": {"type": ["integer", "null"]}, "error": {"type": ["string", "null"]},
-    "responsePrefix": {"type": ["string", "null"]},
-}}
-DEAD_LETTER: Schema = {"type": "object", "properties": {
-    k: {} for k in ("eventId", "tenantId", "taskId", "eventType", "callbackUrl", "createdAt",
-                    "failedAt", "attempts", "lastError", "lastStatusCode", "replayCount")}}
+DELIVERY: Schema = {
+    "type": "object",
+    "properties": {
+        "eventId": {"type": ["string", "null"]},
+        "status": _enum(DeliveryStatus),
+        "attempts": {"type": "integer"},
+        "lastAttemptAt": TS,
+        "lastStatusCode": {"type": ["integer", "null"]},
+        "lastError": {"type": ["string", "null"]},
+        "nextAttemptAt": TS,
+        "deliveredAt": TS,
+    },
+}
+TASK: Schema = {
+    "type": "object",
+    "required": ["id", "type", "status", "version", "delivery"],
+    "properties": {
+        "id": {"type": "string", "pattern": "^task_"},
+        "type": {"type": "string"},
+        "status": _enum(TaskStatus),
+        "input": {},
+        "result": {},
+        "error": {},
+        "callbackUrl": {"type": "string", "format": "uri"},
+        "metadata": {"type": ["object", "null"]},
+        "createdAt": TS,
+        "updatedAt": TS,
+        "completedAt": TS,
+        "timeoutAt": TS,
+        "version": {"type": "integer"},
+        "delivery": DELIVERY,
+    },
+}
+SUBMIT: Schema = {
+    "type": "object",
+    "required": ["type", "callbackUrl"],
+    "additionalProperties": False,
+    "properties": {
+        "type": {"type": "string", "minLength": 1, "maxLength": 100},
+        "input": {},
+        "callbackUrl": {"type": "string", "maxLength": 2048},
+        "metadata": {"type": "object"},
+        "timeoutSeconds": {"type": "number", "exclusiveMinimum": 0, "maximum": 2592000},
+    },
+}
+COMPLETE: Schema = {
+    "type": "object",
+    "required": ["status"],
+    "additionalProperties": False,
+    "properties": {"status": _enum(TerminalStatus), "result": {}, "error": {}},
+}
+ATTEMPT: Schema = {
+    "type": "object",
+    "properties": {
+        "eventId": {"type": "string"},
+        "number": {"type": "integer"},
+        "attemptedAt": TS,
+        "durationMs": {"type": "number"},
+        "outcome": _enum(Outcome),
+        "statusCode": {"type": ["integer", "null"]},
+        "error": {"type": ["string", "null"]},
+        "responsePrefix": {"type": ["string", "null"]},
+    },
+}
+DEAD_LETTER: Schema = {
+    "type": "object",
+    "properties": {
+        k: {}
+        for k in (
+            "eventId",
+            "tenantId",
+            "taskId",
+            "eventType",
+            "callbackUrl",
+            "createdAt",
+            "failedAt",
+            "attempts",
+            "lastError",
+            "lastStatusCode",
+            "replayCount",
+        )
+    },
+}
 
-DESTINATION: Schema = {"type": "object", "properties": {
-    "host": {"type": "string"}, "state": _enum(CircuitState),
-    **{k: {} for k in ("consecutiveFailures", "lastError", "lastFailureAt", "openedAt",
-                       "nextProbeAt", "heldDeliveries")}}}
+DESTINATION: Schema = {
+    "type": "object",
+    "properties": {
+        "host": {"type": "string"},
+        "state": _enum(CircuitState),
+        **{
+            k: {}
+            for k in (
+                "consecutiveFailures",
+                "lastError",
+                "lastFailureAt",
+                "openedAt",
+                "nextProbeAt",
+                "heldDeliveries",
+            )
+        },
+    },
+}
 
 
 def _json(schema: Schema, description: str = "OK") -> Schema:
@@ -69,13 +139,24 @@ def _json(schema: Schema, description: str = "OK") -> Schema:
 
 
 def _page(item: Schema) -> Schema:
-    return {"type": "object", "properties": {"data": {"type": "array", "items": item},
-                                               "nextCursor": {"type": ["string", "null"]}}}
+    return {
+        "type": "object",
+        "properties": {
+            "data": {"type": "array", "items": item},
+            "nextCursor": {"type": ["string", "null"]},
+        },
+    }
 
 
-def _op(summary: str, ok: tuple[int, Schema], *, body: Schema | None = None,
-        params: list[Schema] | None = None, errors: tuple[int, ...] = (401, 404),
-        secured: bool = True) -> Schema:
+def _op(
+    summary: str,
+    ok: tuple[int, Schema],
+    *,
+    body: Schema | None = None,
+    params: list[Schema] | None = None,
+    errors: tuple[int, ...] = (401, 404),
+    secured: bool = True,
+) -> Schema:
     responses = {str(ok[0]): _json(ok[1])}
     for code in errors:
         responses[str(code)] = _json({"$ref": "#/components/schemas/Error"}, "Error")
@@ -100,15 +181,24 @@ def _p(name: str) -> Schema:
 def spec() -> Schema:
     task = {"$ref": "#/components/schemas/Task"}
     tid, eid = [_p("task_id")], [_p("event_id")]
-    filters = [_q("tenant", {"type": "string"}), _q("since", {"type": "string"}),
-               _q("until", {"type": "string"}), _q("eventType", {"type": "string"})]
-    paging = [_q("limit", {"type": "integer", "minimum": 1, "maximum": 1000}),
-              _q("cursor", {"type": "string"})]
+    filters = [
+        _q("tenant", {"type": "string"}),
+        _q("since", {"type": "string"}),
+        _q("until", {"type": "string"}),
+        _q("eventType", {"type": "string"}),
+    ]
+    paging = [
+        _q("limit", {"type": "integer", "minimum": 1, "maximum": 1000}),
+        _q("cursor", {"type": "string"}),
+    ]
     status = {"type": "object", "properties": {"status": {"type": "string"}}}
     return {
         "openapi": "3.1.0",
-        "info": {"title": "hookrelay", "version": "0.1.0",
-                 "description": "Webhook delivery with a transactional outbox."},
+        "info": {
+            "title": "hookrelay",
+            "version": "0.1.0",
+            "description": "Webhook delivery with a transactional outbox.",
+        },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "schemas": {"Error": ERROR, "Task": TASK},
@@ -116,64 +206,156 @@ def spec() -> Schema:
         "security": [{"bearer": []}],
         "paths": {
             "/v1/tasks": {
-                "post": _op("Submit a task", (202, task), body=SUBMIT,
-                            params=[{"name": "Idempotency-Key", "in": "header",
-                                     "required": False, "schema": {"type": "string"}}],
-                            errors=(400, 401, 403, 409, 413, 415, 422)),
-                "get": _op("Reconcile: tasks changed since a time", (200, _page(task)),
-                           params=[_q("status", {"type": "string"}),
-                                   _q("updatedAfter", {"type": "string"}), *paging],
-                           errors=(400, 401, 403, 422)),
+                "post": _op(
+                    "Submit a task",
+                    (202, task),
+                    body=SUBMIT,
+                    params=[
+                        {
+                            "name": "Idempotency-Key",
+                            "in": "header",
+                            "required": False,
+                            "schema": {"type": "string"},
+                        }
+                    ],
+                    errors=(400, 401, 403, 409, 413, 415, 422),
+                ),
+                "get": _op(
+                    "Reconcile: tasks changed since a time",
+                    (200, _page(task)),
+                    params=[
+                        _q("status", {"type": "string"}),
+                        _q("updatedAfter", {"type": "string"}),
+                        *paging,
+                    ],
+                    errors=(400, 401, 403, 422),
+                ),
             },
-            "/v1/tasks/{task_id}": {"get": _op(
-                "A task; long-polls with ?wait=N", (200, task),
-                params=[*tid, _q("wait", {"type": "number", "minimum": 0, "maximum": 30})],
-                errors=(400, 401, 404))},
-            "/v1/tasks/{task_id}/deliveries": {"get": _op(
-                "Attempt log", (200, {"type": "object", "properties": {
-                    "data": {"type": "array", "items": ATTEMPT}}}), params=tid)},
-            "/v1/tasks/{task_id}/redeliver": {"post": _op(
-                "Send the terminal event again", (202, task), params=tid,
-                errors=(401, 404, 409))},
-            "/v1/tasks/{task_id}/start": {"post": _op(
-                "queued → running (admin)", (200, task), params=tid, errors=(401, 403, 404, 409))},
-            "/v1/tasks/{task_id}/complete": {"post": _op(
-                "→ terminal (admin)", (200, task), params=tid, body=COMPLETE,
-                errors=(400, 401, 403, 404, 409, 422))},
-            "/v1/tasks/{task_id}/cancel": {"post": _op(
-                "→ cancelled", (200, task), params=tid, errors=(401, 404, 409))},
-            "/v1/admin/tenants": {"post": _op(
-                "Create a tenant (admin)", (201, {"type": "object"}),
-                body={"type": "object", "required": ["name"],
-                      "properties": {"name": {"type": "string"}}},
-                errors=(400, 401, 403, 422))},
-            "/v1/admin/tenants/{tenant_id}/rotate-secret": {"post": _op(
-                "Rotate the signing secret (admin)", (200, {"type": "object"}),
-                params=[_p("tenant_id")], errors=(401, 403, 404))},
-            "/v1/admin/dead-letters": {"get": _op(
-                "Dead letters (admin)", (200, _page(DEAD_LETTER)), params=[*filters, *paging],
-                errors=(400, 401, 403))},
-            "/v1/admin/dead-letters/replay": {"post": _op(
-                "Replay by filter (admin)", (202, {"type": "object", "properties": {
-                    "replayed": {"type": "integer"}}}), errors=(400, 401, 403, 422))},
-            "/v1/admin/dead-letters/{event_id}": {"get": _op(
-                "One dead letter with history (admin)", (200, DEAD_LETTER), params=eid,
-                errors=(401, 403, 404))},
-            "/v1/admin/dead-letters/{event_id}/replay": {"post": _op(
-                "Replay one (admin)", (202, {"type": "object"}), params=eid,
-                errors=(401, 403, 404, 409))},
-            "/v1/admin/destinations": {"get": _op(
-                "Per-host health (admin)",
-                (200, {"type": "object", "properties": {
-                    "data": {"type": "array", "items": DESTINATION}}}),
-                errors=(401, 403))},
+            "/v1/tasks/{task_id}": {
+                "get": _op(
+                    "A task; long-polls with ?wait=N",
+                    (200, task),
+                    params=[*tid, _q("wait", {"type": "number", "minimum": 0, "maximum": 30})],
+                    errors=(400, 401, 404),
+                )
+            },
+            "/v1/tasks/{task_id}/deliveries": {
+                "get": _op(
+                    "Attempt log",
+                    (
+                        200,
+                        {
+                            "type": "object",
+                            "properties": {"data": {"type": "array", "items": ATTEMPT}},
+                        },
+                    ),
+                    params=tid,
+                )
+            },
+            "/v1/tasks/{task_id}/redeliver": {
+                "post": _op(
+                    "Send the terminal event again", (202, task), params=tid, errors=(401, 404, 409)
+                )
+            },
+            "/v1/tasks/{task_id}/start": {
+                "post": _op(
+                    "queued → running (admin)", (200, task), params=tid, errors=(401, 403, 404, 409)
+                )
+            },
+            "/v1/tasks/{task_id}/complete": {
+                "post": _op(
+                    "→ terminal (admin)",
+                    (200, task),
+                    params=tid,
+                    body=COMPLETE,
+                    errors=(400, 401, 403, 404, 409, 422),
+                )
+            },
+            "/v1/tasks/{task_id}/cancel": {
+                "post": _op("→ cancelled", (200, task), params=tid, errors=(401, 404, 409))
+            },
+            "/v1/admin/tenants": {
+                "post": _op(
+                    "Create a tenant (admin)",
+                    (201, {"type": "object"}),
+                    body={
+                        "type": "object",
+                        "required": ["name"],
+                        "properties": {"name": {"type": "string"}},
+                    },
+                    errors=(400, 401, 403, 422),
+                )
+            },
+            "/v1/admin/tenants/{tenant_id}/rotate-secret": {
+                "post": _op(
+                    "Rotate the signing secret (admin)",
+                    (200, {"type": "object"}),
+                    params=[_p("tenant_id")],
+                    errors=(401, 403, 404),
+                )
+            },
+            "/v1/admin/dead-letters": {
+                "get": _op(
+                    "Dead letters (admin)",
+                    (200, _page(DEAD_LETTER)),
+                    params=[*filters, *paging],
+                    errors=(400, 401, 403),
+                )
+            },
+            "/v1/admin/dead-letters/replay": {
+                "post": _op(
+                    "Replay by filter (admin)",
+                    (202, {"type": "object", "properties": {"replayed": {"type": "integer"}}}),
+                    errors=(400, 401, 403, 422),
+                )
+            },
+            "/v1/admin/dead-letters/{event_id}": {
+                "get": _op(
+                    "One dead letter with history (admin)",
+                    (200, DEAD_LETTER),
+                    params=eid,
+                    errors=(401, 403, 404),
+                )
+            },
+            "/v1/admin/dead-letters/{event_id}/replay": {
+                "post": _op(
+                    "Replay one (admin)",
+                    (202, {"type": "object"}),
+                    params=eid,
+                    errors=(401, 403, 404, 409),
+                )
+            },
+            "/v1/admin/destinations": {
+                "get": _op(
+                    "Per-host health (admin)",
+                    (
+                        200,
+                        {
+                            "type": "object",
+                            "properties": {"data": {"type": "array", "items": DESTINATION}},
+                        },
+                    ),
+                    errors=(401, 403),
+                )
+            },
             "/healthz": {"get": _op("Liveness", (200, status), errors=(), secured=False)},
-            "/readyz": {"get": _op("Database reachable", (200, status), errors=(503,),
-                                   secured=False)},
-            "/metrics": {"get": {"summary": "Prometheus metrics", "security": [],
-                                 "responses": {"200": {"description": "text exposition"}}}},
-            "/openapi.json": {"get": {"summary": "This document", "security": [],
-                                      "responses": {"200": {"description": "OpenAPI 3.1"}}}},
+            "/readyz": {
+                "get": _op("Database reachable", (200, status), errors=(503,), secured=False)
+            },
+            "/metrics": {
+                "get": {
+                    "summary": "Prometheus metrics",
+                    "security": [],
+                    "responses": {"200": {"description": "text exposition"}},
+                }
+            },
+            "/openapi.json": {
+                "get": {
+                    "summary": "This document",
+                    "security": [],
+                    "responses": {"200": {"description": "OpenAPI 3.1"}},
+                }
+            },
         },
     }
 

@@ -18,9 +18,15 @@ T = TypeVar("T")
 def uvicorn_config(app: Any, *, host: str, port: int, graceful_s: int = 5) -> uvicorn.Config:
     """One worker, no access log (our JSON logs say more), no proxy-header rewriting."""
     return uvicorn.Config(
-        app, host=host, port=port, log_config=None, access_log=False, lifespan="on",
+        app,
+        host=host,
+        port=port,
+        log_config=None,
+        access_log=False,
+        lifespan="on",
         # Nothing here reads the client address, so X-Forwarded-* need not be parsed.
-        proxy_headers=False, timeout_graceful_shutdown=graceful_s,
+        proxy_headers=False,
+        timeout_graceful_shutdown=graceful_s,
     )
 
 

@@ -23,9 +23,7 @@ log = logging.getLogger("hookrelay")
 
 async def open_database(runtime: Runtime, *, check_key: bool = True) -> None:
     """Apply pending migrations, then verify (or first record) the master key."""
-    pool = await create_pool(
-        runtime.dsn, min_size=1, max_size=1, wait_s=runtime.settings.db_wait_s
-    )
+    pool = await create_pool(runtime.dsn, min_size=1, max_size=1, wait_s=runtime.settings.db_wait_s)
     try:
         async with pool.acquire() as conn:
             for m in await migrate(conn):

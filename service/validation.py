@@ -76,13 +76,17 @@ async def new_task(body: Any, policy: AddressPolicy) -> NewTask:
             raise Unprocessable(f"metadata exceeds {MAX_METADATA_BYTES} bytes")
     timeout = data.get("timeoutSeconds")
     if timeout is not None and (
-        isinstance(timeout, bool) or not isinstance(timeout, int | float)
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
         or not 0 < timeout <= MAX_TIMEOUT_S
     ):
         raise Unprocessable(f"timeoutSeconds must be a number in (0, {MAX_TIMEOUT_S}]")
     return NewTask(
-        type=task_type, callback_url=callback_url, input=data.get("input"),
-        metadata=metadata, timeout_s=float(timeout) if timeout is not None else None,
+        type=task_type,
+        callback_url=callback_url,
+        input=data.get("input"),
+        metadata=metadata,
+        timeout_s=float(timeout) if timeout is not None else None,
     )
 
 

@@ -18,8 +18,9 @@ from outbox.store import TASKS_CHANNEL
 class TaskWatcher:
     def __init__(self, dsn: str) -> None:
         self._waiters: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
-        self._listener = Listener(dsn, TASKS_CHANNEL, self._notified,
-                                  on_gap=self._wake_all, name="hookrelay-watcher")
+        self._listener = Listener(
+            dsn, TASKS_CHANNEL, self._notified, on_gap=self._wake_all, name="hookrelay-watcher"
+        )
 
     async def start(self) -> None:
         await self._listener.start()

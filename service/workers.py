@@ -37,7 +37,9 @@ def make_dispatcher(runtime: Runtime, pool: asyncpg.Pool) -> Dispatcher:
     config = dispatcher_config(runtime)
     s = runtime.settings
     sender = build_sender(
-        config.addresses, concurrency=s.concurrency, per_host=s.per_host_concurrency,
+        config.addresses,
+        concurrency=s.concurrency,
+        per_host=s.per_host_concurrency,
         connect_timeout_s=s.connect_timeout_s,
     )
     return Dispatcher(pool, runtime.dsn, sender, runtime.secret_box, config, owns_sender=True)

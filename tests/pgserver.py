@@ -26,8 +26,14 @@ class DedicatedPostgres:
     def start(self) -> str:
         # In a child process: the library keeps per-process handles, and
         # cleanup_mode=None leaves the server running when that process exits.
-        out = subprocess.run([sys.executable, "-c", _START, str(self.root)], cwd=ROOT,
-                             check=True, capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [sys.executable, "-c", _START, str(self.root)],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         return out.stdout.strip().splitlines()[-1]
 
     def pid(self) -> int | None:

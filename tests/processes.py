@@ -39,8 +39,14 @@ def dispatcher_env(runtime: Runtime, dsn: str, **overrides: str) -> dict[str, st
 async def start(command: str, env: dict[str, str]) -> asyncio.subprocess.Process:
     """``hookrelay <command>`` as a child process (stderr piped, for its logs)."""
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "service.cli", command, env=env, cwd=ROOT,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "service.cli",
+        command,
+        env=env,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
     )
 
 

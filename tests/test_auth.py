@@ -30,9 +30,7 @@ def test_cache_is_bounded() -> None:
     assert [cache.get(bytes([i])) for i in range(5)] == [None, None, "ten_2", "ten_3", "ten_4"]
 
 
-async def test_only_successes_are_cached(
-    client: httpx.AsyncClient, tenant: dict[str, Any]
-) -> None:
+async def test_only_successes_are_cached(client: httpx.AsyncClient, tenant: dict[str, Any]) -> None:
     cache: KeyCache = client._transport.app.state.key_cache  # type: ignore[attr-defined]
     for _ in range(2):
         r = await client.get("/v1/tasks", headers=bearer(tenant["apiKey"] + "x"))
@@ -92,8 +90,12 @@ def _credentials(tenant: dict[str, Any], other: dict[str, Any]) -> dict[str, dic
     ("method", "path", "expected"), ROUTES, ids=[f"{m} {p}" for m, p, _ in ROUTES]
 )
 async def test_auth_matrix(
-    client: httpx.AsyncClient, tenant: dict[str, Any], other_tenant: dict[str, Any],
-    method: str, path: str, expected: dict[str, int],
+    client: httpx.AsyncClient,
+    tenant: dict[str, Any],
+    other_tenant: dict[str, Any],
+    method: str,
+    path: str,
+    expected: dict[str, int],
 ) -> None:
     creds = _credentials(tenant, other_tenant)
     got: dict[str, int] = {}

@@ -25,9 +25,17 @@ async def test_open_circuit_holds_then_probe_recloses(client, pool, runtime, rec
         return web.Response(status=204 if healthy["ok"] else 500, text="boom")
 
     bad.behaviour = flaky
-    rt = replace(runtime, settings=replace(
-        runtime.settings, breaker_threshold=3, breaker_probe_s=0.5, max_attempts=50,
-        retry_base_s=0.05, retry_cap_s=0.05))
+    rt = replace(
+        runtime,
+        settings=replace(
+            runtime.settings,
+            breaker_threshold=3,
+            breaker_probe_s=0.5,
+            max_attempts=50,
+            retry_base_s=0.05,
+            retry_cap_s=0.05,
+        ),
+    )
     host = f"127.0.0.1:{bad.port}"
     try:
         tenant, held = await backlog(pool, rt, bad.url, 20)
@@ -46,7 +54,8 @@ async def test_open_circuit_holds_then_probe_recloses(client, pool, runtime, rec
             assert 1 <= probes <= 3, probes
             # Held rows burned no budget while the circuit was open.
             max_budget = await pool.fetchval(
-                "SELECT max(budget_used) FROM outbox WHERE host = $1", host)
+                "SELECT max(budget_used) FROM outbox WHERE host = $1", host
+            )
             assert max_budget <= 3 + probes
             r = await client.get("/v1/admin/destinations", headers=ADMIN)
             [dest] = [x for x in r.json()["data"] if x["host"] == host]

@@ -20,22 +20,32 @@ pytestmark = pytest.mark.anyio
 
 async def hookrelay(*args: str, env: dict[str, str]) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "service.cli", *args, cwd=ROOT, env={**os.environ, **env},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "service.cli",
+        *args,
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     return proc.returncode or 0, out.decode(), err.decode()
 
 
 def cli_env(runtime, dsn: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    return {"DATABASE_URL": dsn, "HOOKRELAY_MASTER_KEY": runtime.settings.master_key,
-            "HOOKRELAY_ADMIN_TOKEN": ADMIN_TOKEN,
-            "HOOKRELAY_DATA_DIR": str(runtime.settings.data_dir)}
+    return {
+        "DATABASE_URL": dsn,
+        "HOOKRELAY_MASTER_KEY": runtime.settings.master_key,
+        "HOOKRELAY_ADMIN_TOKEN": ADMIN_TOKEN,
+        "HOOKRELAY_DATA_DIR": str(runtime.settings.data_dir),
+    }
 
 
 async def test_tenants_create_prints_working_credentials(pool, runtime, dsn) -> None:  # type: ignore[no-untyped-def]
-    code, out, err = await hookrelay("tenants", "create", "acme", "--json",
-                                     env=cli_env(runtime, dsn))
+    code, out, err = await hookrelay(
+        "tenants", "create", "acme", "--json", env=cli_env(runtime, dsn)
+    )
     assert code == 0, err
     t = json.loads(out)
     assert t["name"] == "acme" and t["signingSecret"].startswith("whsec_")
@@ -62,8 +72,7 @@ async def test_migrate_twice_and_concurrently_is_harmless(runtime, dsn) -> None:
 
 
 async def test_unreachable_database_fails_with_clear_message(runtime) -> None:  # type: ignore[no-untyped-def]
-    env = {**cli_env(runtime, "postgresql://postgres@127.0.0.1:1/none"),
-           "HOOKRELAY_DB_WAIT_S": "1"}
+    env = {**cli_env(runtime, "postgresql://postgres@127.0.0.1:1/none"), "HOOKRELAY_DB_WAIT_S": "1"}
     code, _, err = await hookrelay("migrate", env=env)
     assert code == 1 and "database not reachable after 1s" in err
     assert "Traceback" not in err
@@ -101,13 +110,15 @@ async def test_dead_letters_cli_session(pool, runtime, dsn) -> None:  # type: ig
     assert {json.loads(line)["eventId"] for line in out.splitlines()} == set(events)
     code, out, _ = await hookrelay("dead-letters", "show", events[0], env=env)
     assert code == 0 and len(json.loads(out)["attemptHistory"]) == 3
-    code, out, _ = await hookrelay("dead-letters", "replay", "--all", "--tenant", tenant.id,
-                                   "--dry-run", env=env)
+    code, out, _ = await hookrelay(
+        "dead-letters", "replay", "--all", "--tenant", tenant.id, "--dry-run", env=env
+    )
     assert "would replay 3" in out and await pool.fetchval("SELECT count(*) FROM outbox") == 0
     code, out, _ = await hookrelay("dead-letters", "replay", events[0], env=env)
     assert code == 0 and f"replayed {events[0]}" in out
-    code, out, err = await hookrelay("dead-letters", "replay", "--all", "--since",
-                                     "2000-01-01T00:00:00Z", env=env)
+    code, out, err = await hookrelay(
+        "dead-letters", "replay", "--all", "--since", "2000-01-01T00:00:00Z", env=env
+    )
     assert code == 0 and "replayed 2 dead letter(s)" in out and "2/2" in err
     assert await pool.fetchval("SELECT count(*) FROM outbox") == 3
     code, _, err = await hookrelay("dead-letters", "replay", events[0], env=env)

@@ -45,8 +45,10 @@ async def test_kill_9_mid_batch_loses_nothing(pool, runtime, dsn) -> None:  # ty
     received = Counter(rx.event_ids())
     assert set(received) == set(events), "an event was lost"
     duplicates = sum(n - 1 for n in received.values())
-    print(f"\ncrash test: {EVENTS} events, {len(rx.received)} requests, "
-          f"{leased} leased at the kill, {duplicates} duplicates")
+    print(
+        f"\ncrash test: {EVENTS} events, {len(rx.received)} requests, "
+        f"{leased} leased at the kill, {duplicates} duplicates"
+    )
     # Duplicates can only come from rows that were leased (in flight) at the kill.
     assert duplicates <= leased
     assert await pool.fetchval("SELECT count(*) FROM outbox") == 0
@@ -54,7 +56,8 @@ async def test_kill_9_mid_batch_loses_nothing(pool, runtime, dsn) -> None:  # ty
     assert await pool.fetchval(undelivered) == 0
     dupes = await pool.fetchval(
         "SELECT count(*) FROM (SELECT 1 FROM delivery_attempts GROUP BY event_id, number "
-        "HAVING count(*) > 1) d")
+        "HAVING count(*) > 1) d"
+    )
     assert dupes == 0
 
 
@@ -80,8 +83,6 @@ async def test_sigterm_exits_cleanly_and_releases(pool, runtime, dsn) -> None:  
         release.set()
         await rx.stop()
     assert await pool.fetchval("SELECT count(*) FROM outbox WHERE lease_token IS NOT NULL") == 0
-
-
 
 
 async def test_random_kills_over_many_rounds_lose_nothing(pool, runtime, dsn) -> None:  # type: ignore[no-untyped-def]
@@ -114,7 +115,8 @@ async def test_random_kills_over_many_rounds_lose_nothing(pool, runtime, dsn) ->
             proc.send_signal(signal.SIGKILL)
             await proc.wait()
             leased_at_kills += await pool.fetchval(
-                "SELECT count(*) FROM outbox WHERE lease_token IS NOT NULL")
+                "SELECT count(*) FROM outbox WHERE lease_token IS NOT NULL"
+            )
         last = await start_dispatcher(env)
         try:
             await wait_drained(pool, timeout=120)
@@ -126,10 +128,16 @@ async def test_random_kills_over_many_rounds_lose_nothing(pool, runtime, dsn) ->
     dead = {r["event_id"] for r in await pool.fetch("SELECT event_id FROM dead_letters")}
     assert set(answered) | dead == set(events), "an event was neither delivered nor dead-lettered"
     duplicates = sum(n - 1 for n in answered.values())
-    print(f"\nrandom kills: {len(events)} events, {leased_at_kills} leased at kills, "
-          f"{duplicates} duplicate deliveries, {len(dead)} dead")
+    print(
+        f"\nrandom kills: {len(events)} events, {leased_at_kills} leased at kills, "
+        f"{duplicates} duplicate deliveries, {len(dead)} dead"
+    )
     assert duplicates <= leased_at_kills, "a duplicate that no crash explains"
     assert await pool.fetchval("SELECT count(*) FROM outbox") == 0
-    assert await pool.fetchval(
-        "SELECT count(*) FROM (SELECT 1 FROM delivery_attempts GROUP BY event_id, number "
-        "HAVING count(*) > 1) d") == 0
+    assert (
+        await pool.fetchval(
+            "SELECT count(*) FROM (SELECT 1 FROM delivery_attempts GROUP BY event_id, number "
+            "HAVING count(*) > 1) d"
+        )
+        == 0
+    )

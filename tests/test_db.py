@@ -33,8 +33,7 @@ async def test_release_sends_no_reset_query(dsn: str) -> None:
         async with pool.acquire() as conn:
             pid = await conn.fetchval("SELECT pg_backend_pid()")
         async with asyncpg.create_pool(dsn, min_size=1, max_size=1) as probe:
-            last = await probe.fetchval(
-                "SELECT query FROM pg_stat_activity WHERE pid = $1", pid)
+            last = await probe.fetchval("SELECT query FROM pg_stat_activity WHERE pid = $1", pid)
         assert "RESET ALL" not in last and "pg_backend_pid" in last
     finally:
         await pool.close()

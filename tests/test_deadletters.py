@@ -59,11 +59,15 @@ async def test_list_filter_and_paginate(client, dead) -> None:  # type: ignore[n
             break
     assert len(seen) == len(set(seen)) == 5
     first = (await client.get("/v1/admin/dead-letters", headers=ADMIN)).json()["data"][0]
-    r = await client.get("/v1/admin/dead-letters", headers=ADMIN,
-                         params={"since": "2999-01-01T00:00:00Z"})
+    r = await client.get(
+        "/v1/admin/dead-letters", headers=ADMIN, params={"since": "2999-01-01T00:00:00Z"}
+    )
     assert r.json()["data"] == []
-    r = await client.get("/v1/admin/dead-letters", headers=ADMIN,
-                         params={"until": first["failedAt"], "eventType": "task.succeeded"})
+    r = await client.get(
+        "/v1/admin/dead-letters",
+        headers=ADMIN,
+        params={"until": first["failedAt"], "eventType": "task.succeeded"},
+    )
     assert r.json()["data"] == []
     assert first["lastStatusCode"] == 503 and first["attempts"] == 3
 
@@ -94,8 +98,12 @@ async def test_replay_after_recovery_delivers_original_event_id(  # type: ignore
     assert task["delivery_status"] == "delivered" and task["delivery_attempts"] == 4
     shown = (await client.get(f"/v1/admin/dead-letters/{event_id}", headers=ADMIN)).json()
     assert shown["replayedBy"] == "admin" and shown["replayedAt"]
-    assert [h["outcome"] for h in shown["attemptHistory"]] == ["retry", "retry", "dead",
-                                                              "delivered"]
+    assert [h["outcome"] for h in shown["attemptHistory"]] == [
+        "retry",
+        "retry",
+        "dead",
+        "delivered",
+    ]
     listed = (await client.get("/v1/admin/dead-letters", headers=ADMIN)).json()["data"]
     assert event_id not in {d["eventId"] for d in listed}
 
@@ -125,9 +133,13 @@ async def test_bulk_replay_touches_only_matching(client, dead, pool) -> None:  #
 
 
 async def test_dead_letter_routes_need_admin(client, tenant) -> None:  # type: ignore[no-untyped-def]
-    for method, path in [("GET", "/v1/admin/dead-letters"), ("GET", "/v1/admin/dead-letters/e"),
-                         ("POST", "/v1/admin/dead-letters/e/replay"),
-                         ("POST", "/v1/admin/dead-letters/replay")]:
-        assert (await client.request(method, path, headers=bearer(tenant["apiKey"]))
-                ).status_code == 403
+    for method, path in [
+        ("GET", "/v1/admin/dead-letters"),
+        ("GET", "/v1/admin/dead-letters/e"),
+        ("POST", "/v1/admin/dead-letters/e/replay"),
+        ("POST", "/v1/admin/dead-letters/replay"),
+    ]:
+        assert (
+            await client.request(method, path, headers=bearer(tenant["apiKey"]))
+        ).status_code == 403
         assert (await client.request(method, path)).status_code == 401

@@ -27,9 +27,16 @@ OPEN = AddressPolicy()
 
 def event(budget_used: int = 0, url: str = URL) -> ClaimedEvent:
     return ClaimedEvent(
-        id=1, event_id="evt_abc", tenant_id="ten_x", task_id="task_x",
-        event_type="task.succeeded", callback_url=url, host="hooks.example.com",
-        body=b'{"type":"task.succeeded"}', attempts=budget_used, budget_used=budget_used,
+        id=1,
+        event_id="evt_abc",
+        tenant_id="ten_x",
+        task_id="task_x",
+        event_type="task.succeeded",
+        callback_url=url,
+        host="hooks.example.com",
+        body=b'{"type":"task.succeeded"}',
+        attempts=budget_used,
+        budget_used=budget_used,
         token=uuid.uuid4(),
     )
 
@@ -37,8 +44,11 @@ def event(budget_used: int = 0, url: str = URL) -> ClaimedEvent:
 DEFAULT_LIMITS = AttemptLimits()
 
 
-async def run(ev: ClaimedEvent | None = None, limits: AttemptLimits = DEFAULT_LIMITS,
-              addresses: AddressPolicy = OPEN):  # type: ignore[no-untyped-def]
+async def run(
+    ev: ClaimedEvent | None = None,
+    limits: AttemptLimits = DEFAULT_LIMITS,
+    addresses: AddressPolicy = OPEN,
+):  # type: ignore[no-untyped-def]
     sender = HttpxSender(httpx.AsyncClient())
     try:
         return await attempt(sender, ev or event(), Signer([SECRET]), POLICY, addresses, limits)

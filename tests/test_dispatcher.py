@@ -68,9 +68,14 @@ async def test_retries_then_delivers(pool, runtime, receiver) -> None:  # type: 
     assert len({r.body for r in receiver.received}) == 1  # and the same body
     log = await pool.fetch(
         "SELECT number, outcome, status_code, response_prefix FROM delivery_attempts "
-        "WHERE event_id = $1 ORDER BY number", event_id)
+        "WHERE event_id = $1 ORDER BY number",
+        event_id,
+    )
     assert [(r["number"], r["outcome"], r["status_code"]) for r in log] == [
-        (1, "retry", 500), (2, "retry", 500), (3, "delivered", 200)]
+        (1, "retry", 500),
+        (2, "retry", 500),
+        (3, "delivered", 200),
+    ]
     assert log[0]["response_prefix"] == "nope"
 
 
@@ -170,10 +175,12 @@ async def test_stale_lease_holder_cannot_record(pool, runtime, receiver) -> None
         now = await conn.fetchval("SELECT now()")
 
         async def record(token: uuid.UUID) -> set[int]:
-            outcome = delivery.OutcomeRow(row.id, token, "delivered", None, 200, None, now,
-                                          1.0, None)
-            return await delivery.record_outcomes(conn, outcomes=[outcome],
-                                                  breaker_threshold=10, breaker_probe_s=30.0)
+            outcome = delivery.OutcomeRow(
+                row.id, token, "delivered", None, 200, None, now, 1.0, None
+            )
+            return await delivery.record_outcomes(
+                conn, outcomes=[outcome], breaker_threshold=10, breaker_probe_s=30.0
+            )
 
         assert await record(token_a) == set()
         assert await conn.fetchval("SELECT lease_owner FROM outbox WHERE id=$1", row.id) == "b"
@@ -189,18 +196,29 @@ async def test_leased_rows_are_not_claimed_twice(pool, runtime, receiver) -> Non
         b = await delivery.claim(conn, limit=10, lease_s=30.0, owner="b", token=uuid.uuid4())
         assert len(a) == 3 and len(b) == 2
         assert not {e.id for e in a} & {e.id for e in b}
-        assert await delivery.claim(conn, limit=10, lease_s=30.0, owner="c",
-                                    token=uuid.uuid4()) == []
+        assert (
+            await delivery.claim(conn, limit=10, lease_s=30.0, owner="c", token=uuid.uuid4()) == []
+        )
 
 
 async def test_saturated_hosts_are_skipped(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
     await backlog(pool, runtime, receiver.url, 3)
     host = f"127.0.0.1:{receiver.port}"
     async with pool.acquire() as conn:
-        assert await delivery.claim(conn, limit=10, lease_s=30.0, owner="a", token=uuid.uuid4(),
-                                    saturated=[host]) == []
-        assert len(await delivery.claim(conn, limit=10, lease_s=30.0, owner="a",
-                                        token=uuid.uuid4(), saturated=["x"])) == 3
+        assert (
+            await delivery.claim(
+                conn, limit=10, lease_s=30.0, owner="a", token=uuid.uuid4(), saturated=[host]
+            )
+            == []
+        )
+        assert (
+            len(
+                await delivery.claim(
+                    conn, limit=10, lease_s=30.0, owner="a", token=uuid.uuid4(), saturated=["x"]
+                )
+            )
+            == 3
+        )
 
 
 async def test_two_dispatchers_share_a_backlog(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
@@ -213,7 +231,8 @@ async def test_two_dispatchers_share_a_backlog(pool, runtime, receiver) -> None:
     assert one.counters["delivered"] + two.counters["delivered"] == 300
     dupes = await pool.fetchval(
         "SELECT count(*) FROM (SELECT event_id, number FROM delivery_attempts "
-        "GROUP BY 1, 2 HAVING count(*) > 1) d")
+        "GROUP BY 1, 2 HAVING count(*) > 1) d"
+    )
     assert dupes == 0
     assert await pool.fetchval("SELECT count(*) FROM delivery_attempts") == 300
 
@@ -228,8 +247,16 @@ async def test_per_host_cap_keeps_other_hosts_flowing(pool, runtime, receiver) -
 
     stuck.behaviour = hang
     try:
-        rt = replace(runtime, settings=replace(runtime.settings, per_host_concurrency=2,
-                                               concurrency=10, http_timeout_s=4.0, lease_s=8.0))
+        rt = replace(
+            runtime,
+            settings=replace(
+                runtime.settings,
+                per_host_concurrency=2,
+                concurrency=10,
+                http_timeout_s=4.0,
+                lease_s=8.0,
+            ),
+        )
         tenant, _ = await backlog(pool, rt, stuck.url, 20)
         _, fast = await backlog(pool, rt, receiver.url, 20, tenant)
         async with running(dispatcher(rt, pool)) as d:
@@ -292,8 +319,10 @@ async def test_survives_its_connections_being_killed(pool, runtime, receiver, ds
     await pool.close()
     own_pool = await create_pool(dsn, min_size=2, max_size=4)
     killer = await asyncpg.connect(dsn)
-    kill_all = ("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    kill_all = (
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
     try:
         async with running(dispatcher(runtime, own_pool)):
             killed = 0

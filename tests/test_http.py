@@ -91,8 +91,9 @@ async def test_refused_connection_is_a_transport_error(
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
 async def test_guard_refuses_loopback_by_default(receiver: Receiver, host: str) -> None:
-    s = build_sender(AddressPolicy(allow_http=True), concurrency=1, per_host=1,
-                     connect_timeout_s=1.0)
+    s = build_sender(
+        AddressPolicy(allow_http=True), concurrency=1, per_host=1, connect_timeout_s=1.0
+    )
     try:
         with pytest.raises(BlockedDestination):
             await s.post(f"http://{host}:{receiver.port}/hook", b"{}", HEADERS, 1000)

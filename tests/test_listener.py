@@ -15,8 +15,10 @@ from outbox.listener import Listener
 from .dispatching import backlog, dispatcher, wait_drained
 
 pytestmark = pytest.mark.anyio
-KILL_OTHERS = ("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-               "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+KILL_OTHERS = (
+    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+)
 
 
 async def _until(check, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
@@ -55,8 +57,12 @@ async def test_dispatcher_wakes_on_notify_after_its_listen_was_killed(  # type: 
     try:
         async with running(dispatcher(slow_poll, pool)):
             await asyncio.sleep(0.5)
-            assert await killer.fetchval(
-                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'") >= 1
+            assert (
+                await killer.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'"
+                )
+                >= 1
+            )
             await killer.fetchval(KILL_OTHERS)
             await asyncio.sleep(2.0)  # the listener's back-off, then it reconnects
             started = time.monotonic()

@@ -19,8 +19,9 @@ pytestmark = pytest.mark.anyio
 async def test_no_secrets_in_logs(client, pool, runtime, receiver, caplog) -> None:  # type: ignore[no-untyped-def]
     caplog.set_level(logging.DEBUG)
     t = (await client.post("/v1/admin/tenants", json={"name": "x"}, headers=ADMIN)).json()
-    r = await client.post("/v1/tasks", json={"type": "t", "callbackUrl": receiver.url},
-                          headers=bearer(t["apiKey"]))
+    r = await client.post(
+        "/v1/tasks", json={"type": "t", "callbackUrl": receiver.url}, headers=bearer(t["apiKey"])
+    )
     tid = r.json()["id"]
     await client.post(f"/v1/tasks/{tid}/complete", json={"status": "succeeded"}, headers=ADMIN)
     await client.get("/v1/tasks/x", headers=bearer("hr_wrong_key"))
@@ -31,8 +32,14 @@ async def test_no_secrets_in_logs(client, pool, runtime, receiver, caplog) -> No
     formatter = JsonFormatter()
     lines = [formatter.format(rec) for rec in caplog.records]
     text = "\n".join(lines)
-    for secret in (t["apiKey"], t["signingSecret"], ADMIN_TOKEN, signature.split(",")[1],
-                   runtime.settings.master_key, "hr_wrong_key"):
+    for secret in (
+        t["apiKey"],
+        t["signingSecret"],
+        ADMIN_TOKEN,
+        signature.split(",")[1],
+        runtime.settings.master_key,
+        "hr_wrong_key",
+    ):
         assert secret not in text
     entries = [json.loads(line) for line in lines]
     attempts = [e for e in entries if e["msg"].startswith("attempt")]

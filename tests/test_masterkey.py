@@ -40,7 +40,9 @@ async def corrupt_secret(pool, tenant_id: str) -> None:  # type: ignore[no-untyp
     """Flip one ciphertext byte of the tenant's stored secret: AES-GCM refuses it."""
     await pool.execute(
         "UPDATE signing_secrets SET secret_enc = set_byte(secret_enc, 20,"
-        " get_byte(secret_enc, 20) # 255) WHERE tenant_id = $1", tenant_id)
+        " get_byte(secret_enc, 20) # 255) WHERE tenant_id = $1",
+        tenant_id,
+    )
 
 
 async def refused(command: str, env: dict[str, str]) -> list[str]:
@@ -70,14 +72,17 @@ async def test_second_data_dir_without_key_is_refused(runtime, dsn, tmp_path) ->
     assert not (second / KEY_FILE).exists(), "the refused key was left behind"
 
     wrong = new_key()
-    lines = await refused("dispatch", {**keyless_env(runtime, dsn, second),
-                                       "HOOKRELAY_MASTER_KEY": wrong})
+    lines = await refused(
+        "dispatch", {**keyless_env(runtime, dsn, second), "HOOKRELAY_MASTER_KEY": wrong}
+    )
     assert len(lines) == 1 and expected in lines[0]
     assert key_id(parse_master_key(wrong)) in lines[0]
 
     # The shared key, given: the dispatcher runs (and is stopped by us, not by itself).
-    shared = {**keyless_env(runtime, dsn, second),
-              "HOOKRELAY_MASTER_KEY": (first / KEY_FILE).read_text().strip()}
+    shared = {
+        **keyless_env(runtime, dsn, second),
+        "HOOKRELAY_MASTER_KEY": (first / KEY_FILE).read_text().strip(),
+    }
     proc = await start("dispatch", shared)
     try:
         with pytest.raises(TimeoutError):
@@ -116,8 +121,9 @@ async def test_rotate_reencrypts_and_the_new_key_delivers(  # type: ignore[no-un
     assert code != 0 and "HOOKRELAY_NEW_MASTER_KEY" in err
     new = new_key()
     new_id = key_id(parse_master_key(new))
-    code, out, err = await hookrelay("master-key", "rotate",
-                                     env={**env, "HOOKRELAY_NEW_MASTER_KEY": new})
+    code, out, err = await hookrelay(
+        "master-key", "rotate", env={**env, "HOOKRELAY_NEW_MASTER_KEY": new}
+    )
     assert code == 0, err
     assert f"{runtime.secret_box.key_id} -> {new_id}" in out and "HOOKRELAY_MASTER_KEY" in out
     assert new not in out, "the new key must not be printed"

@@ -27,8 +27,11 @@ async def test_metrics_after_deliveries_and_dead_letters(client, pool, runtime) 
     rx = await Receiver(behaviour=gone).start()
     try:
         before = (await client.get("/metrics")).text
-        delivered_before = value(before, 'hookrelay_deliveries_total{outcome="delivered"}') \
-            if 'outcome="delivered"' in before else 0
+        delivered_before = (
+            value(before, 'hookrelay_deliveries_total{outcome="delivered"}')
+            if 'outcome="delivered"' in before
+            else 0
+        )
         tenant, _ = await backlog(pool, runtime, rx.url, 3)
         queued = (await client.get("/metrics")).text
         assert value(queued, "hookrelay_outbox_depth") == 3

@@ -161,13 +161,15 @@ async def test_upgrade_with_rows_in_every_table_keeps_working(  # type: ignore[n
         async with pool.acquire() as conn:
             tenant = await create_tenant(conn, "acme", runtime.secret_box)
             idem = Idempotency("k1", b"\x00" * 32)
-            pending, _ = await create_task(conn, tenant.id, NewTask("t", receiver.url),
-                                           idempotency=idem)
+            pending, _ = await create_task(
+                conn, tenant.id, NewTask("t", receiver.url), idempotency=idem
+            )
             pending_event = (await complete_task(conn, pending.id, "succeeded")).event_id
             dead, _ = await create_task(conn, tenant.id, NewTask("t", receiver.url))
             dead_event = (await complete_task(conn, dead.id, "failed")).event_id
             # The second event gave up earlier: an attempt, a dead letter, an unhealthy host.
-            await conn.execute("""
+            await conn.execute(
+                """
                 INSERT INTO dead_letters (event_id, tenant_id, task_id, event_type, callback_url,
                                           host, body, created_at, attempts, last_error)
                 SELECT event_id, tenant_id, task_id, event_type, callback_url, host, body,
@@ -178,17 +180,21 @@ async def test_upgrade_with_rows_in_every_table_keeps_working(  # type: ignore[n
                 VALUES ($1, $2, $3, 1, now(), 3.5, 'dead', 500);
                 INSERT INTO destinations (host, consecutive_failures, last_error)
                 VALUES ('127.0.0.1', 1, 'HTTP 500');
-            """.replace("$1", f"'{dead_event}'").replace("$2", f"'{dead.id}'")
-               .replace("$3", f"'{tenant.id}'"))
-            tables = [r["relname"] for r in await conn.fetch(
-                "SELECT relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-                " WHERE n.nspname = 'public' AND relkind = 'r' AND relname <> 'schema_version'")]
+            """.replace("$1", f"'{dead_event}'")
+                .replace("$2", f"'{dead.id}'")
+                .replace("$3", f"'{tenant.id}'")
+            )
+            tables = [
+                r["relname"]
+                for r in await conn.fetch(
+                    "SELECT relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                    " WHERE n.nspname = 'public' AND relkind = 'r' AND relname <> 'schema_version'"
+                )
+            ]
             for table in tables:
                 assert await conn.fetchval(f"SELECT count(*) FROM {table}"), table
 
-            assert [m.version for m in await migrate(conn)] == [
-                m.version for m in migrations()[1:]
-            ]
+            assert [m.version for m in await migrate(conn)] == [m.version for m in migrations()[1:]]
             assert [m.state for m in await status(conn)] == ["applied"] * len(migrations())
 
         upgraded = replace(runtime, dsn=dsn)

@@ -26,8 +26,9 @@ async def test_every_route_is_described(client) -> None:  # type: ignore[no-unty
     for path, ops in doc["paths"].items():
         for name in re.findall(r"{(\w+)}", path):
             for op in ops.values():
-                assert any(p["name"] == name and p["in"] == "path"
-                           for p in op.get("parameters", [])), (path, name)
+                assert any(
+                    p["name"] == name and p["in"] == "path" for p in op.get("parameters", [])
+                ), (path, name)
 
 
 @pytest.mark.parametrize("who", ["tenant", "admin"])
@@ -43,12 +44,25 @@ async def test_schemathesis_finds_no_5xx_and_no_schema_break(live_api, who: str)
     url, key = live_api
     st = shutil.which("st") or str(Path(sys.executable).with_name("st"))
     proc = await asyncio.create_subprocess_exec(
-        st, "run", f"{url}/openapi.json",
-        "--checks", "not_a_server_error,response_schema_conformance,content_type_conformance",
-        "--max-examples", "15", "--seed", "1", "--generation-database", "none",
-        "--phases", "coverage,fuzzing", "--workers", "1",
-        "-H", f"Authorization: Bearer {key if who == 'tenant' else ADMIN_TOKEN}",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        st,
+        "run",
+        f"{url}/openapi.json",
+        "--checks",
+        "not_a_server_error,response_schema_conformance,content_type_conformance",
+        "--max-examples",
+        "15",
+        "--seed",
+        "1",
+        "--generation-database",
+        "none",
+        "--phases",
+        "coverage,fuzzing",
+        "--workers",
+        "1",
+        "-H",
+        f"Authorization: Bearer {key if who == 'tenant' else ADMIN_TOKEN}",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
     )
     out, _ = await proc.communicate()
     report = out.decode(errors="replace")

@@ -24,8 +24,7 @@ async def _submit_and_complete(c: httpx.AsyncClient, key: str, url: str) -> str:
     r = await c.post("/v1/tasks", json={"type": "t", "callbackUrl": url}, headers=bearer(key))
     assert r.status_code == 202, r.text
     task_id: str = r.json()["id"]
-    r = await c.post(f"/v1/tasks/{task_id}/complete", json={"status": "succeeded"},
-                     headers=ADMIN)
+    r = await c.post(f"/v1/tasks/{task_id}/complete", json={"status": "succeeded"}, headers=ADMIN)
     assert r.status_code == 200, r.text
     return task_id
 
@@ -46,8 +45,9 @@ async def test_database_restart_mid_run(runtime, tmp_path: Path) -> None:  # typ
 
     rx = await Receiver(behaviour=until_healthy).start()
     port = free_port()
-    env = dispatcher_env(runtime, dsn, port=str(port), host="127.0.0.1", db_wait_s="60",
-                         max_attempts="1000")
+    env = dispatcher_env(
+        runtime, dsn, port=str(port), host="127.0.0.1", db_wait_s="60", max_attempts="1000"
+    )
     proc = await start("serve", env)
     try:
         await wait_for_port(port, proc)
@@ -61,8 +61,11 @@ async def test_database_restart_mid_run(runtime, tmp_path: Path) -> None:  # typ
             pg.stop()
             started = time.monotonic()
             _assert_unavailable(await c.get(f"/v1/tasks/{before[0]}", headers=bearer(key)))
-            _assert_unavailable(await c.post("/v1/tasks", headers=bearer(key),
-                                             json={"type": "t", "callbackUrl": rx.url}))
+            _assert_unavailable(
+                await c.post(
+                    "/v1/tasks", headers=bearer(key), json={"type": "t", "callbackUrl": rx.url}
+                )
+            )
             _assert_unavailable(await c.get("/v1/tasks", headers=bearer(key)))
             assert (await c.get("/readyz")).status_code == 503
             assert (await c.get("/healthz")).status_code == 200
@@ -102,12 +105,15 @@ async def test_api_rides_out_a_connection_storm(client, tenant, dsn) -> None:  #
     import asyncpg
 
     key = tenant["apiKey"]
-    r = await client.post("/v1/tasks", json={"type": "t", "callbackUrl": "http://127.0.0.1:9/"},
-                          headers=bearer(key))
+    r = await client.post(
+        "/v1/tasks", json={"type": "t", "callbackUrl": "http://127.0.0.1:9/"}, headers=bearer(key)
+    )
     task_id = r.json()["id"]
     killer = await asyncpg.connect(dsn)
-    kill_all = ("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    kill_all = (
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
     statuses: list[int] = []
     stop = asyncio.Event()
 
@@ -123,8 +129,11 @@ async def test_api_rides_out_a_connection_storm(client, tenant, dsn) -> None:  #
         while not stop.is_set():
             for resp in (
                 await client.get(f"/v1/tasks/{task_id}", headers=bearer(key)),
-                await client.post("/v1/tasks", headers=bearer(key),
-                                  json={"type": "t", "callbackUrl": "http://127.0.0.1:9/"}),
+                await client.post(
+                    "/v1/tasks",
+                    headers=bearer(key),
+                    json={"type": "t", "callbackUrl": "http://127.0.0.1:9/"},
+                ),
             ):
                 statuses.append(resp.status_code)
                 if resp.status_code == 503:
@@ -144,5 +153,7 @@ async def test_api_rides_out_a_connection_storm(client, tenant, dsn) -> None:  #
         assert time.monotonic() < deadline, "the API did not recover after the storm"
     for _ in range(5):
         assert (await client.get(f"/v1/tasks/{task_id}", headers=bearer(key))).status_code == 200
-    print(f"\nstorm: {killed} connections killed, {len(statuses)} requests, "
-          f"{statuses.count(503)} answered 503")
+    print(
+        f"\nstorm: {killed} connections killed, {len(statuses)} requests, "
+        f"{statuses.count(503)} answered 503"
+    )

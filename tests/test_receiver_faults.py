@@ -26,7 +26,8 @@ async def _one_event(pool, runtime, rx: Receiver, **settings):  # type: ignore[n
     async with running(dispatcher(rt, pool)):
         await wait_drained(pool, timeout=30)
     attempts = await pool.fetch(
-        "SELECT * FROM delivery_attempts WHERE event_id = $1 ORDER BY number", event_id)
+        "SELECT * FROM delivery_attempts WHERE event_id = $1 ORDER BY number", event_id
+    )
     dead = await pool.fetchrow("SELECT * FROM dead_letters WHERE event_id = $1", event_id)
     return attempts, dead
 
@@ -111,6 +112,8 @@ async def test_500s_for_a_while_then_200(pool, runtime, receiver) -> None:  # ty
     assert [a["status_code"] for a in attempts] == [500, 500, 500, 500, 200]
     assert attempts[-1]["outcome"] == "delivered" and dead is None
     # Equal jitter: each wait at least half its step, so attempts never bunch up.
-    gaps = [(b["attempted_at"] - a["attempted_at"]).total_seconds()
-            for a, b in zip(attempts, attempts[1:], strict=False)]
+    gaps = [
+        (b["attempted_at"] - a["attempted_at"]).total_seconds()
+        for a, b in zip(attempts, attempts[1:], strict=False)
+    ]
     assert all(g > 0 for g in gaps)

@@ -15,11 +15,11 @@ pytestmark = pytest.mark.anyio
 
 
 async def finished_task(client, tenant, url: str) -> str:  # type: ignore[no-untyped-def]
-    r = await client.post("/v1/tasks", json={"type": "t", "callbackUrl": url},
-                          headers=bearer(tenant["apiKey"]))
+    r = await client.post(
+        "/v1/tasks", json={"type": "t", "callbackUrl": url}, headers=bearer(tenant["apiKey"])
+    )
     tid = r.json()["id"]
-    r = await client.post(f"/v1/tasks/{tid}/complete", json={"status": "succeeded"},
-                          headers=ADMIN)
+    r = await client.post(f"/v1/tasks/{tid}/complete", json={"status": "succeeded"}, headers=ADMIN)
     assert r.status_code == 200
     return str(tid)
 
@@ -49,7 +49,11 @@ async def test_dead_then_fixed_then_redelivered_with_same_event_id(  # type: ign
     log = (await client.get(f"/v1/tasks/{tid}/deliveries", headers=key)).json()
     assert log["eventId"] == task["delivery"]["eventId"]
     assert [(a["number"], a["outcome"], a["statusCode"]) for a in log["data"]] == [
-        (1, "retry", 500), (2, "retry", 500), (3, "dead", 500), (4, "delivered", 204)]
+        (1, "retry", 500),
+        (2, "retry", 500),
+        (3, "dead", 500),
+        (4, "delivered", 204),
+    ]
     assert log["data"][0]["responsePrefix"] == "down" and log["data"][0]["durationMs"] >= 0
     dead = await pool.fetchrow("SELECT replayed_at, replayed_by FROM dead_letters")
     assert dead["replayed_at"] is not None and dead["replayed_by"] == f"tenant:{tenant['id']}"

@@ -22,19 +22,26 @@ async def test_purges_only_old_finished_rows(pool, runtime, monkeypatch) -> None
                                            duration_ms, outcome)
             SELECT event_id, task_id, tenant_id, 1, now() - interval '40 days', 1, 'delivered'
               FROM outbox""")
-        await conn.execute("""
+        await conn.execute(
+            """
             INSERT INTO dead_letters (event_id, tenant_id, task_id, event_type, callback_url,
                                       host, body, created_at, attempts)
             SELECT event_id, tenant_id, task_id, event_type, callback_url, host, body,
-                   created_at, 1 FROM outbox WHERE event_id = $1""", events[4])
+                   created_at, 1 FROM outbox WHERE event_id = $1""",
+            events[4],
+        )
         await conn.execute("DELETE FROM outbox WHERE event_id <> $1", events[5])
-        await conn.execute("""UPDATE tasks SET delivery_status = 'delivered',
+        await conn.execute(
+            """UPDATE tasks SET delivery_status = 'delivered',
                               completed_at = now() - interval '100 days' WHERE event_id <> $1""",
-                           events[5])
-        await conn.execute("UPDATE tasks SET delivery_status = 'dead' WHERE event_id = $1",
-                           events[4])
-    attempts, tasks = await purge(pool, attempts_older_than_s=30 * 86400,
-                                  tasks_older_than_s=90 * 86400)
+            events[5],
+        )
+        await conn.execute(
+            "UPDATE tasks SET delivery_status = 'dead' WHERE event_id = $1", events[4]
+        )
+    attempts, tasks = await purge(
+        pool, attempts_older_than_s=30 * 86400, tasks_older_than_s=90 * 86400
+    )
     assert attempts == 4 and tasks == 5
     left = {r["event_id"] for r in await pool.fetch("SELECT event_id FROM delivery_attempts")}
     assert left == {events[4], events[5]}

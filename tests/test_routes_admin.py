@@ -36,8 +36,18 @@ async def test_create_tenant_shows_credentials_once(client, pool, runtime) -> No
     assert r.status_code == 200
 
 
-@pytest.mark.parametrize("body", [{}, {"name": ""}, {"name": "  "}, {"name": 3},
-                                  {"name": "x" * 201}, {"name": "a", "b": 1}, ["a"]])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"name": ""},
+        {"name": "  "},
+        {"name": 3},
+        {"name": "x" * 201},
+        {"name": "a", "b": 1},
+        ["a"],
+    ],
+)
 async def test_create_tenant_validation(client, body) -> None:  # type: ignore[no-untyped-def]
     r = await client.post("/v1/admin/tenants", json=body, headers=ADMIN)
     assert r.status_code == 422 and r.json()["error"]["code"] == "validation_error"

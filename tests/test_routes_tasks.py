@@ -30,8 +30,14 @@ async def test_submit_returns_202_with_location(client, tenant) -> None:  # type
     assert task["metadata"] == {"order": "A-1"} and task["input"] == {"n": 1}
     assert task["callbackUrl"] == HOOK and task["timeoutAt"] is not None
     assert task["delivery"] == {
-        "eventId": None, "status": "none", "attempts": 0, "lastAttemptAt": None,
-        "lastStatusCode": None, "lastError": None, "nextAttemptAt": None, "deliveredAt": None,
+        "eventId": None,
+        "status": "none",
+        "attempts": 0,
+        "lastAttemptAt": None,
+        "lastStatusCode": None,
+        "lastError": None,
+        "nextAttemptAt": None,
+        "deliveredAt": None,
     }
 
 
@@ -80,7 +86,8 @@ async def test_lifecycle_start_complete_conflict(client, tenant) -> None:  # typ
     r = await client.post(f"/v1/tasks/{tid}/start", headers=ADMIN)
     assert r.status_code == 409
     r = await client.post(
-        f"/v1/tasks/{tid}/complete", json={"status": "succeeded", "result": {"url": "x"}},
+        f"/v1/tasks/{tid}/complete",
+        json={"status": "succeeded", "result": {"url": "x"}},
         headers=ADMIN,
     )
     done = r.json()
@@ -102,10 +109,17 @@ async def test_partner_cancels_own_task(client, tenant) -> None:  # type: ignore
     assert r.status_code == 409
 
 
-@pytest.mark.parametrize("body", [
-    {}, {"status": "running"}, {"status": "queued"}, {"status": "done"},
-    {"status": "succeeded", "extra": 1}, [],
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"status": "running"},
+        {"status": "queued"},
+        {"status": "done"},
+        {"status": "succeeded", "extra": 1},
+        [],
+    ],
+)
 async def test_complete_validation(client, tenant, body) -> None:  # type: ignore[no-untyped-def]
     tid = (await submit(client, tenant["apiKey"])).json()["id"]
     r = await client.post(f"/v1/tasks/{tid}/complete", json=body, headers=ADMIN)
@@ -120,13 +134,24 @@ async def test_executor_routes_need_admin(client, tenant) -> None:  # type: igno
     assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden"
 
 
-@pytest.mark.parametrize("headers", [
-    {}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic abc"},
-    {"Authorization": "Bearer "}, {"Authorization": "hr_nokind"},
-])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"Authorization": "Basic abc"},
+        {"Authorization": "Bearer "},
+        {"Authorization": "hr_nokind"},
+    ],
+)
 async def test_bad_credentials_are_401(client, tenant, headers) -> None:  # type: ignore[no-untyped-def]
-    for method, path in [("POST", "/v1/tasks"), ("GET", "/v1/tasks"), ("GET", "/v1/tasks/x"),
-                         ("POST", "/v1/tasks/x/complete"), ("POST", "/v1/admin/tenants")]:
+    for method, path in [
+        ("POST", "/v1/tasks"),
+        ("GET", "/v1/tasks"),
+        ("GET", "/v1/tasks/x"),
+        ("POST", "/v1/tasks/x/complete"),
+        ("POST", "/v1/admin/tenants"),
+    ]:
         r = await client.request(method, path, json={}, headers=headers)
         assert r.status_code == 401, (method, path, r.text)
         assert r.json()["error"]["code"] == "unauthorized"
@@ -138,29 +163,32 @@ async def test_admin_cannot_submit_without_tenant(client) -> None:  # type: igno
     assert r.status_code == 403
 
 
-@pytest.mark.parametrize(("body", "code"), [
-    ({"callbackUrl": HOOK}, "validation_error"),
-    ({"type": "", "callbackUrl": HOOK}, "validation_error"),
-    ({"type": "x" * 101, "callbackUrl": HOOK}, "validation_error"),
-    ({"type": 5, "callbackUrl": HOOK}, "validation_error"),
-    ({"type": "t"}, "invalid_callback_url"),
-    ({"type": "t", "callbackUrl": 12}, "invalid_callback_url"),
-    ({"type": "t", "callbackUrl": "ftp://127.0.0.1/x"}, "invalid_callback_url"),
-    ({"type": "t", "callbackUrl": "not a url"}, "invalid_callback_url"),
-    ({"type": "t", "callbackUrl": "http://user:pw@127.0.0.1/x"}, "invalid_callback_url"),
-    ({"type": "t", "callbackUrl": "http://127.0.0.1:99999/x"}, "invalid_callback_url"),
-    ({"type": "t", "callbackUrl": "http://10.0.0.1/x"}, "blocked_callback_url"),
-    ({"type": "t", "callbackUrl": "http://169.254.169.254/latest"}, "blocked_callback_url"),
-    ({"type": "t", "callbackUrl": "http://[::ffff:10.0.0.1]/x"}, "blocked_callback_url"),
-    ({"type": "t", "callbackUrl": "http://host.invalid/x"}, "invalid_callback_url"),
-    ({"type": "t", "callbackUrl": "http://127.0.0.1/" + "a" * 2100}, "invalid_callback_url"),
-    ({"type": "t", "callbackUrl": HOOK, "metadata": [1]}, "validation_error"),
-    ({"type": "t", "callbackUrl": HOOK, "metadata": {"k": "v" * 20000}}, "validation_error"),
-    ({"type": "t", "callbackUrl": HOOK, "timeoutSeconds": 0}, "validation_error"),
-    ({"type": "t", "callbackUrl": HOOK, "timeoutSeconds": "10"}, "validation_error"),
-    ({"type": "t", "callbackUrl": HOOK, "timeoutSeconds": True}, "validation_error"),
-    ({"type": "t", "callbackUrl": HOOK, "surprise": 1}, "validation_error"),
-])
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ({"callbackUrl": HOOK}, "validation_error"),
+        ({"type": "", "callbackUrl": HOOK}, "validation_error"),
+        ({"type": "x" * 101, "callbackUrl": HOOK}, "validation_error"),
+        ({"type": 5, "callbackUrl": HOOK}, "validation_error"),
+        ({"type": "t"}, "invalid_callback_url"),
+        ({"type": "t", "callbackUrl": 12}, "invalid_callback_url"),
+        ({"type": "t", "callbackUrl": "ftp://127.0.0.1/x"}, "invalid_callback_url"),
+        ({"type": "t", "callbackUrl": "not a url"}, "invalid_callback_url"),
+        ({"type": "t", "callbackUrl": "http://user:pw@127.0.0.1/x"}, "invalid_callback_url"),
+        ({"type": "t", "callbackUrl": "http://127.0.0.1:99999/x"}, "invalid_callback_url"),
+        ({"type": "t", "callbackUrl": "http://10.0.0.1/x"}, "blocked_callback_url"),
+        ({"type": "t", "callbackUrl": "http://169.254.169.254/latest"}, "blocked_callback_url"),
+        ({"type": "t", "callbackUrl": "http://[::ffff:10.0.0.1]/x"}, "blocked_callback_url"),
+        ({"type": "t", "callbackUrl": "http://host.invalid/x"}, "invalid_callback_url"),
+        ({"type": "t", "callbackUrl": "http://127.0.0.1/" + "a" * 2100}, "invalid_callback_url"),
+        ({"type": "t", "callbackUrl": HOOK, "metadata": [1]}, "validation_error"),
+        ({"type": "t", "callbackUrl": HOOK, "metadata": {"k": "v" * 20000}}, "validation_error"),
+        ({"type": "t", "callbackUrl": HOOK, "timeoutSeconds": 0}, "validation_error"),
+        ({"type": "t", "callbackUrl": HOOK, "timeoutSeconds": "10"}, "validation_error"),
+        ({"type": "t", "callbackUrl": HOOK, "timeoutSeconds": True}, "validation_error"),
+        ({"type": "t", "callbackUrl": HOOK, "surprise": 1}, "validation_error"),
+    ],
+)
 async def test_submit_validation(client, tenant, body, code) -> None:  # type: ignore[no-untyped-def]
     r = await client.post("/v1/tasks", json=body, headers=bearer(tenant["apiKey"]))
     assert r.status_code == 422, r.text
@@ -177,16 +205,19 @@ async def test_https_only_unless_allowed(client, tenant) -> None:  # type: ignor
     assert r.status_code == 422 and "http" in r.json()["error"]["message"]
 
 
-@pytest.mark.parametrize(("content", "ctype", "status", "code"), [
-    (b"{not json", "application/json", 400, "invalid_json"),
-    (b"", "application/json", 400, "invalid_json"),
-    (b'{"type": "t", "callbackUrl": "x"', "application/json", 400, "invalid_json"),
-    (b"\xff\xfe{}", "application/json", 400, "invalid_json"),
-    (b'{"a": NaN}', "application/json", 400, "invalid_json"),
-    (b"[" * 100 + b"]" * 100, "application/json", 400, "invalid_json"),
-    (b"type=t", "application/x-www-form-urlencoded", 415, "unsupported_media_type"),
-    (b"{}", "text/plain", 415, "unsupported_media_type"),
-])
+@pytest.mark.parametrize(
+    ("content", "ctype", "status", "code"),
+    [
+        (b"{not json", "application/json", 400, "invalid_json"),
+        (b"", "application/json", 400, "invalid_json"),
+        (b'{"type": "t", "callbackUrl": "x"', "application/json", 400, "invalid_json"),
+        (b"\xff\xfe{}", "application/json", 400, "invalid_json"),
+        (b'{"a": NaN}', "application/json", 400, "invalid_json"),
+        (b"[" * 100 + b"]" * 100, "application/json", 400, "invalid_json"),
+        (b"type=t", "application/x-www-form-urlencoded", 415, "unsupported_media_type"),
+        (b"{}", "text/plain", 415, "unsupported_media_type"),
+    ],
+)
 async def test_malformed_bodies(client, tenant, content, ctype, status, code) -> None:  # type: ignore[no-untyped-def]
     headers = {**bearer(tenant["apiKey"]), "Content-Type": ctype}
     r = await client.post("/v1/tasks", content=content, headers=headers)
@@ -213,8 +244,9 @@ async def test_idempotency_same_body_same_task(client, tenant) -> None:  # type:
     first = await client.post("/v1/tasks", json=body, headers=headers)
     # Same JSON value, different key order and whitespace: the same request.
     again = await client.post(
-        "/v1/tasks", content=b'{"input": {"b": 2, "a": 1}, "callbackUrl": "%s", "type": "t"}'
-        % HOOK.encode(), headers={**headers, "Content-Type": "application/json"},
+        "/v1/tasks",
+        content=b'{"input": {"b": 2, "a": 1}, "callbackUrl": "%s", "type": "t"}' % HOOK.encode(),
+        headers={**headers, "Content-Type": "application/json"},
     )
     assert first.status_code == again.status_code == 202
     assert first.json()["id"] == again.json()["id"]
@@ -226,10 +258,12 @@ async def test_idempotency_same_body_same_task(client, tenant) -> None:  # type:
 
 async def test_idempotency_keys_are_scoped_to_tenant(client, tenant, other_tenant) -> None:  # type: ignore[no-untyped-def]
     body = {"type": "t", "callbackUrl": HOOK}
-    a = await client.post("/v1/tasks", json=body,
-                          headers={**bearer(tenant["apiKey"]), "Idempotency-Key": "k"})
-    b = await client.post("/v1/tasks", json=body,
-                          headers={**bearer(other_tenant["apiKey"]), "Idempotency-Key": "k"})
+    a = await client.post(
+        "/v1/tasks", json=body, headers={**bearer(tenant["apiKey"]), "Idempotency-Key": "k"}
+    )
+    b = await client.post(
+        "/v1/tasks", json=body, headers={**bearer(other_tenant["apiKey"]), "Idempotency-Key": "k"}
+    )
     assert a.status_code == b.status_code == 202 and a.json()["id"] != b.json()["id"]
 
 
@@ -250,8 +284,11 @@ async def test_idempotency_under_concurrency(client, tenant, pool) -> None:  # t
 
 
 async def test_bad_idempotency_key(client, tenant) -> None:  # type: ignore[no-untyped-def]
-    r = await client.post("/v1/tasks", json={"type": "t", "callbackUrl": HOOK},
-                          headers={**bearer(tenant["apiKey"]), "Idempotency-Key": "x" * 300})
+    r = await client.post(
+        "/v1/tasks",
+        json={"type": "t", "callbackUrl": HOOK},
+        headers={**bearer(tenant["apiKey"]), "Idempotency-Key": "x" * 300},
+    )
     assert r.status_code == 400
 
 
@@ -276,10 +313,17 @@ async def test_listing_keyset_pagination_and_filters(client, tenant) -> None:  #
     assert newer["data"] == []
 
 
-@pytest.mark.parametrize("params", [
-    {"limit": "0"}, {"limit": "abc"}, {"limit": "5000"}, {"cursor": "!!notacursor"},
-    {"updatedAfter": "yesterday"}, {"updatedAfter": "2026-01-01T00:00:00"},
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"limit": "0"},
+        {"limit": "abc"},
+        {"limit": "5000"},
+        {"cursor": "!!notacursor"},
+        {"updatedAfter": "yesterday"},
+        {"updatedAfter": "2026-01-01T00:00:00"},
+    ],
+)
 async def test_listing_bad_params_are_400(client, tenant, params) -> None:  # type: ignore[no-untyped-def]
     r = await client.get("/v1/tasks", params=params, headers=bearer(tenant["apiKey"]))
     assert r.status_code == 400 and r.json()["error"]["code"] == "bad_request"
@@ -312,12 +356,14 @@ async def test_listing_never_skips_a_late_commit(client, tenant, pool) -> None: 
     try:
         await complete_task(slow, a, "succeeded")  # updated_at = this transaction's start
         await client.post(f"/v1/tasks/{b}/complete", json={"status": "failed"}, headers=ADMIN)
-        seen = (await client.get("/v1/tasks", params={"updatedAfter": cursor_ts},
-                                 headers=key)).json()["data"]
+        seen = (
+            await client.get("/v1/tasks", params={"updatedAfter": cursor_ts}, headers=key)
+        ).json()["data"]
         assert seen == []  # b is newer than the open transaction: held back, not skipped
         await tx.commit()
     finally:
         await pool.release(slow)
-    seen = (await client.get("/v1/tasks", params={"updatedAfter": cursor_ts},
-                             headers=key)).json()["data"]
+    seen = (await client.get("/v1/tasks", params={"updatedAfter": cursor_ts}, headers=key)).json()[
+        "data"
+    ]
     assert [t["id"] for t in seen] == [a, b]

@@ -27,8 +27,11 @@ async def test_oversized_headers_get_a_clear_4xx(live_api) -> None:  # type: ign
 async def test_oversized_body_on_the_wire_is_413(live_api) -> None:  # type: ignore[no-untyped-def]
     url, key = live_api
     async with httpx.AsyncClient(base_url=url) as c:
-        r = await c.post("/v1/tasks", content=b'{"a":"' + b"x" * 2_000_000 + b'"}',
-                         headers={**bearer(key), "Content-Type": "application/json"})
+        r = await c.post(
+            "/v1/tasks",
+            content=b'{"a":"' + b"x" * 2_000_000 + b'"}',
+            headers={**bearer(key), "Content-Type": "application/json"},
+        )
     assert r.status_code == 413 and r.json()["error"]["code"]
 
 

@@ -21,12 +21,19 @@ def test_defaults_match_the_contract() -> None:
 
 def test_reads_every_variable() -> None:
     env = {
-        "DATABASE_URL": "postgresql://u:pw@db/x", "HOOKRELAY_DATA_DIR": "/srv/hr",
-        "HOOKRELAY_ADMIN_TOKEN": "tok", "HOOKRELAY_ALLOW_PRIVATE_CIDRS": "127.0.0.0/8,::1/128",
-        "HOOKRELAY_ALLOW_HTTP": "true", "HOOKRELAY_RETRY_BASE_S": "0.5",
-        "HOOKRELAY_RETRY_CAP_S": "60", "HOOKRELAY_MAX_ATTEMPTS": "4", "HOOKRELAY_LEASE_S": "20",
-        "HOOKRELAY_HTTP_TIMEOUT_S": "3", "HOOKRELAY_CONCURRENCY": "50",
-        "HOOKRELAY_PER_HOST_CONCURRENCY": "5", "HOOKRELAY_SECRET_OVERLAP_S": "10",
+        "DATABASE_URL": "postgresql://u:pw@db/x",
+        "HOOKRELAY_DATA_DIR": "/srv/hr",
+        "HOOKRELAY_ADMIN_TOKEN": "tok",
+        "HOOKRELAY_ALLOW_PRIVATE_CIDRS": "127.0.0.0/8,::1/128",
+        "HOOKRELAY_ALLOW_HTTP": "true",
+        "HOOKRELAY_RETRY_BASE_S": "0.5",
+        "HOOKRELAY_RETRY_CAP_S": "60",
+        "HOOKRELAY_MAX_ATTEMPTS": "4",
+        "HOOKRELAY_LEASE_S": "20",
+        "HOOKRELAY_HTTP_TIMEOUT_S": "3",
+        "HOOKRELAY_CONCURRENCY": "50",
+        "HOOKRELAY_PER_HOST_CONCURRENCY": "5",
+        "HOOKRELAY_SECRET_OVERLAP_S": "10",
         "HOOKRELAY_SWEEP_INTERVAL_S": "0.25",
     }
     s = Settings.from_env(env)
@@ -37,18 +44,23 @@ def test_reads_every_variable() -> None:
 
 
 def test_secrets_are_masked() -> None:
-    s = Settings.from_env({"DATABASE_URL": "postgresql://u:hunter2@db/x",
-                           "HOOKRELAY_ADMIN_TOKEN": "sekrit-token"})
+    s = Settings.from_env(
+        {"DATABASE_URL": "postgresql://u:hunter2@db/x", "HOOKRELAY_ADMIN_TOKEN": "sekrit-token"}
+    )
     text = repr(s)
     assert "hunter2" not in text and "sekrit-token" not in text and "***" in text
 
 
 def test_all_bad_values_reported_at_once() -> None:
     with pytest.raises(SettingsError) as info:
-        Settings.from_env({
-            "HOOKRELAY_RETRY_BASE_S": "soon", "HOOKRELAY_MAX_ATTEMPTS": "0",
-            "HOOKRELAY_ALLOW_HTTP": "perhaps", "HOOKRELAY_ALLOW_PRIVATE_CIDRS": "10.0.0.0/33",
-        })
+        Settings.from_env(
+            {
+                "HOOKRELAY_RETRY_BASE_S": "soon",
+                "HOOKRELAY_MAX_ATTEMPTS": "0",
+                "HOOKRELAY_ALLOW_HTTP": "perhaps",
+                "HOOKRELAY_ALLOW_PRIVATE_CIDRS": "10.0.0.0/33",
+            }
+        )
     msg = str(info.value)
     for var in ("HOOKRELAY_RETRY_BASE_S", "HOOKRELAY_MAX_ATTEMPTS", "HOOKRELAY_ALLOW_HTTP"):
         assert var in msg

@@ -28,8 +28,14 @@ async def conn(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
 async def finished_task(conn: asyncpg.Connection, n: int, url: str) -> TaskId:
     """A succeeded task whose event waits in the outbox."""
     task = await tasks.insert_task(
-        conn, task_id=TaskId(f"task_{n}"), tenant_id=TENANT, type="t", input=None,
-        callback_url=url, metadata=None, timeout_s=None,
+        conn,
+        task_id=TaskId(f"task_{n}"),
+        tenant_id=TENANT,
+        type="t",
+        input=None,
+        callback_url=url,
+        metadata=None,
+        timeout_s=None,
     )
     await complete_task(conn, task.id, "succeeded")
     return task.id
@@ -40,19 +46,24 @@ async def test_claim_skips_open_circuits_and_a_probe_takes_its_host(
 ) -> None:
     await finished_task(conn, 1, "https://a.example/in")
     await finished_task(conn, 2, "https://b.example/in")
-    await conn.execute("INSERT INTO destinations (host, state, consecutive_failures) "
-                       "VALUES ('a.example', 'open', 10)")
+    await conn.execute(
+        "INSERT INTO destinations (host, state, consecutive_failures) "
+        "VALUES ('a.example', 'open', 10)"
+    )
     normal = await delivery.claim(conn, limit=10, lease_s=30.0, owner="x", token=uuid.uuid4())
     assert [e.host for e in normal] == ["b.example"]
     assert isinstance(normal[0].body, bytes) and normal[0].budget_used == 0
-    probe = await delivery.claim(conn, limit=10, lease_s=30.0, owner="x", token=uuid.uuid4(),
-                                 probe_host="a.example")
+    probe = await delivery.claim(
+        conn, limit=10, lease_s=30.0, owner="x", token=uuid.uuid4(), probe_host="a.example"
+    )
     assert [e.host for e in probe] == ["a.example"]
 
 
 async def test_a_due_probe_is_granted_once(conn: asyncpg.Connection) -> None:
-    await conn.execute("INSERT INTO destinations (host, state, consecutive_failures, probe_at) "
-                       "VALUES ('a.example', 'open', 10, now() - interval '1 s')")
+    await conn.execute(
+        "INSERT INTO destinations (host, state, consecutive_failures, probe_at) "
+        "VALUES ('a.example', 'open', 10, now() - interval '1 s')"
+    )
     assert await destinations.take_probes(conn, probe_s=30.0) == ["a.example"]
     assert await destinations.take_probes(conn, probe_s=30.0) == []
     [dest] = await destinations.list_destinations(conn, limit=10)
@@ -66,7 +77,12 @@ async def test_attempts_of_a_task_or_of_one_of_its_events(conn: asyncpg.Connecti
         await conn.execute(
             "INSERT INTO delivery_attempts (event_id, task_id, tenant_id, number, attempted_at,"
             " duration_ms, outcome) VALUES ($1, $2, $3, $4, $5, 1.0, 'retry')",
-            event_id, task_id, TENANT, number, now)
+            event_id,
+            task_id,
+            TENANT,
+            number,
+            now,
+        )
     every = await events.attempts(conn, task_id=task_id)
     assert [(a.event_id, a.number) for a in every] == [("evt_1", 1), ("evt_1", 2), ("evt_2", 3)]
     one = await events.attempts(conn, task_id=task_id, event_id=EventId("evt_2"))
@@ -75,20 +91,27 @@ async def test_attempts_of_a_task_or_of_one_of_its_events(conn: asyncpg.Connecti
 
 async def test_an_idempotency_key_stored_twice_is_in_flight(conn: asyncpg.Connection) -> None:
     task_id = await finished_task(conn, 1, "https://a.example/in")
-    await tasks.idempotency_put(conn, tenant_id=TENANT, key="k", request_hash=b"1",
-                                task_id=task_id)
+    await tasks.idempotency_put(conn, tenant_id=TENANT, key="k", request_hash=b"1", task_id=task_id)
     with pytest.raises(IdempotencyInFlight):
-        await tasks.idempotency_put(conn, tenant_id=TENANT, key="k", request_hash=b"2",
-                                    task_id=task_id)
+        await tasks.idempotency_put(
+            conn, tenant_id=TENANT, key="k", request_hash=b"2", task_id=task_id
+        )
     seen = await tasks.idempotency_get(conn, tenant_id=TENANT, key="k")
     assert seen is not None and seen.request_hash == b"1" and seen.task_id == task_id
 
 
 async def test_gauges(conn: asyncpg.Connection, pool: asyncpg.Pool) -> None:
     await finished_task(conn, 1, "https://a.example/in")
-    await tasks.insert_task(conn, task_id=TaskId("task_q"), tenant_id=TENANT, type="t",
-                            input=None, callback_url="https://a.example/in", metadata=None,
-                            timeout_s=None)
+    await tasks.insert_task(
+        conn,
+        task_id=TaskId("task_q"),
+        tenant_id=TENANT,
+        type="t",
+        input=None,
+        callback_url="https://a.example/in",
+        metadata=None,
+        timeout_s=None,
+    )
     assert await metrics.tasks_by_status(conn) == {"succeeded": 1, "queued": 1}
     stats = await metrics.outbox_stats(conn)
     assert stats.depth == 1 and stats.oldest_due_s >= 0
@@ -100,9 +123,16 @@ async def test_gauges(conn: asyncpg.Connection, pool: asyncpg.Pool) -> None:
 
 async def test_claim_overdue_tasks_takes_only_live_ones(conn: asyncpg.Connection) -> None:
     for n in (1, 2):
-        await tasks.insert_task(conn, task_id=TaskId(f"task_{n}"), tenant_id=TENANT, type="t",
-                                input=None, callback_url="https://a.example/in", metadata=None,
-                                timeout_s=0.000001)
+        await tasks.insert_task(
+            conn,
+            task_id=TaskId(f"task_{n}"),
+            tenant_id=TENANT,
+            type="t",
+            input=None,
+            callback_url="https://a.example/in",
+            metadata=None,
+            timeout_s=0.000001,
+        )
     await complete_task(conn, "task_2", "succeeded")
     async with conn.transaction():
         assert await tasks.claim_overdue_tasks(conn, limit=10) == ["task_1"]

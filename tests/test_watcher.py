@@ -41,8 +41,9 @@ async def test_wait_returns_soon_after_completion(client, tenant) -> None:  # ty
 async def test_wait_times_out_with_current_task(client, tenant) -> None:  # type: ignore[no-untyped-def]
     tid = await new_task(client, tenant["apiKey"])
     started = time.monotonic()
-    r = await client.get(f"/v1/tasks/{tid}", params={"wait": "0.5"},
-                         headers=bearer(tenant["apiKey"]))
+    r = await client.get(
+        f"/v1/tasks/{tid}", params={"wait": "0.5"}, headers=bearer(tenant["apiKey"])
+    )
     assert 0.4 < time.monotonic() - started < 3
     assert r.status_code == 200 and r.json()["status"] == "queued"
 
@@ -53,8 +54,9 @@ async def test_wait_with_stale_etag_returns_at_once(client, tenant) -> None:  # 
     etag = (await client.get(f"/v1/tasks/{tid}", headers=key)).headers["etag"]
     await client.post(f"/v1/tasks/{tid}/start", headers=ADMIN)
     started = time.monotonic()
-    r = await client.get(f"/v1/tasks/{tid}", params={"wait": "10"},
-                         headers={**key, "If-None-Match": etag})
+    r = await client.get(
+        f"/v1/tasks/{tid}", params={"wait": "10"}, headers={**key, "If-None-Match": etag}
+    )
     assert r.status_code == 200 and r.json()["status"] == "running"
     assert time.monotonic() - started < 1
 
@@ -62,8 +64,9 @@ async def test_wait_with_stale_etag_returns_at_once(client, tenant) -> None:  # 
 @pytest.mark.parametrize("wait", ["-1", "31", "soon"])
 async def test_bad_wait_is_400(client, tenant, wait) -> None:  # type: ignore[no-untyped-def]
     tid = await new_task(client, tenant["apiKey"])
-    r = await client.get(f"/v1/tasks/{tid}", params={"wait": wait},
-                         headers=bearer(tenant["apiKey"]))
+    r = await client.get(
+        f"/v1/tasks/{tid}", params={"wait": wait}, headers=bearer(tenant["apiKey"])
+    )
     assert r.status_code == 400
 
 
@@ -75,20 +78,27 @@ async def test_many_waiters_share_one_listener(runtime, dsn) -> None:  # type: i
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-                t = (await client.post("/v1/admin/tenants", json={"name": "w"},
-                                       headers=ADMIN)).json()
+                t = (
+                    await client.post("/v1/admin/tenants", json={"name": "w"}, headers=ADMIN)
+                ).json()
                 tid = await new_task(client, t["apiKey"])
-                polls = [asyncio.create_task(client.get(
-                    f"/v1/tasks/{tid}", params={"wait": "20"}, headers=bearer(t["apiKey"])))
-                    for _ in range(250)]
+                polls = [
+                    asyncio.create_task(
+                        client.get(
+                            f"/v1/tasks/{tid}", params={"wait": "20"}, headers=bearer(t["apiKey"])
+                        )
+                    )
+                    for _ in range(250)
+                ]
                 await asyncio.sleep(1.0)
                 assert not any(p.done() for p in polls)
                 # While they all wait, the pool is still free for other work.
                 r = await client.get("/readyz")
                 assert r.status_code == 200
                 completed = time.monotonic()
-                await client.post(f"/v1/tasks/{tid}/complete", json={"status": "failed"},
-                                  headers=ADMIN)
+                await client.post(
+                    f"/v1/tasks/{tid}/complete", json={"status": "failed"}, headers=ADMIN
+                )
                 results = await asyncio.wait_for(asyncio.gather(*polls), 15)
                 elapsed = time.monotonic() - completed
         assert all(r.status_code == 200 and r.json()["status"] == "failed" for r in results)

@@ -30,6 +30,15 @@ from . import (
 from .events import OUTBOX_CHANNEL, TASKS_CHANNEL
 
 __all__ = [
-    "OUTBOX_CHANNEL", "TASKS_CHANNEL", "deadletters", "delivery", "destinations", "events",
-    "metrics", "retention", "schema", "tasks", "tenants",
+    "OUTBOX_CHANNEL",
+    "TASKS_CHANNEL",
+    "deadletters",
+    "delivery",
+    "destinations",
+    "events",
+    "metrics",
+    "retention",
+    "schema",
+    "tasks",
+    "tenants",
 ]

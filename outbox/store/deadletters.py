@@ -49,12 +49,20 @@ class DeadLetter:
 
 
 async def list_dead_letters(
-    conn: asyncpg.Connection, *, flt: DeadLetterFilter,
-    after: tuple[datetime, str] | None = None, limit: int,
+    conn: asyncpg.Connection,
+    *,
+    flt: DeadLetterFilter,
+    after: tuple[datetime, str] | None = None,
+    limit: int,
 ) -> list[DeadLetter]:
     """Up to ``limit`` unreplayed letters in (failed_at, event_id) order after ``after``."""
-    rows = await conn.fetch(_LIST_DEAD_LETTERS, *flt.args(), after[0] if after else None,
-                            after[1] if after else None, limit)
+    rows = await conn.fetch(
+        _LIST_DEAD_LETTERS,
+        *flt.args(),
+        after[0] if after else None,
+        after[1] if after else None,
+        limit,
+    )
     return [DeadLetter(*r) for r in rows]
 
 

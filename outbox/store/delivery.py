@@ -35,8 +35,14 @@ class ClaimedEvent:
 
 
 async def claim(
-    conn: asyncpg.Connection, *, limit: int, lease_s: float, owner: str, token: UUID,
-    saturated: Sequence[str] = (), probe_host: str | None = None,
+    conn: asyncpg.Connection,
+    *,
+    limit: int,
+    lease_s: float,
+    owner: str,
+    token: UUID,
+    saturated: Sequence[str] = (),
+    probe_host: str | None = None,
 ) -> list[ClaimedEvent]:
     """Lease up to ``limit`` due events for ``lease_s`` seconds under ``token``.
 
@@ -45,8 +51,12 @@ async def claim(
     """
     rows = await conn.fetch(_CLAIM, limit, lease_s, owner, token, saturated, probe_host)
     # The hot path: one construction per row, positional in RETURNING's order.
-    return [ClaimedEvent(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7].encode("utf-8"),
-                         r[8], r[9], token) for r in rows]
+    return [
+        ClaimedEvent(
+            r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7].encode("utf-8"), r[8], r[9], token
+        )
+        for r in rows
+    ]
 
 
 async def release_leases(conn: asyncpg.Connection, *, ids: Sequence[int], token: UUID) -> None:
@@ -70,7 +80,10 @@ class OutcomeRow:
 
 
 async def record_outcomes(
-    conn: asyncpg.Connection, *, outcomes: Sequence[OutcomeRow], breaker_threshold: int,
+    conn: asyncpg.Connection,
+    *,
+    outcomes: Sequence[OutcomeRow],
+    breaker_threshold: int,
     breaker_probe_s: float,
 ) -> set[int]:
     """Write a batch of outcomes in one statement; the ids whose lease still held.
@@ -80,10 +93,21 @@ async def record_outcomes(
     """
     cols: tuple[list[object], ...] = tuple([] for _ in range(9))
     for o in outcomes:
-        for col, value in zip(cols, (
-            o.id, o.token, o.outcome, o.next_at, o.status_code, o.error, o.attempted_at,
-            o.duration_ms, o.response_prefix,
-        ), strict=True):
+        for col, value in zip(
+            cols,
+            (
+                o.id,
+                o.token,
+                o.outcome,
+                o.next_at,
+                o.status_code,
+                o.error,
+                o.attempted_at,
+                o.duration_ms,
+                o.response_prefix,
+            ),
+            strict=True,
+        ):
             col.append(value)
     rows = await conn.fetch(_RECORD_OUTCOMES, *cols, breaker_threshold, float(breaker_probe_s))
     return {r[0] for r in rows}

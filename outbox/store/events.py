@@ -20,12 +20,20 @@ _ATTEMPTS = sql("attempts")
 
 
 async def insert_outbox(
-    conn: asyncpg.Connection, *, event_id: EventId, tenant_id: str, task_id: TaskId,
-    event_type: str, callback_url: str, host: str, body: str,
+    conn: asyncpg.Connection,
+    *,
+    event_id: EventId,
+    tenant_id: str,
+    task_id: TaskId,
+    event_type: str,
+    callback_url: str,
+    host: str,
+    body: str,
 ) -> None:
     """A new event, due now."""
-    await conn.execute(_INSERT_OUTBOX, event_id, tenant_id, task_id, event_type, callback_url,
-                       host, body)
+    await conn.execute(
+        _INSERT_OUTBOX, event_id, tenant_id, task_id, event_type, callback_url, host, body
+    )
 
 
 async def notify(conn: asyncpg.Connection, *, task_id: str = "") -> None:
@@ -54,8 +62,11 @@ async def requeue_events(
     still waiting in the outbox is skipped)."""
     cols: tuple[list[str], ...] = tuple([] for _ in range(7))
     for e in events:
-        for col, value in zip(cols, (e.event_id, e.tenant_id, e.task_id, e.event_type,
-                                     e.callback_url, e.host, e.body), strict=True):
+        for col, value in zip(
+            cols,
+            (e.event_id, e.tenant_id, e.task_id, e.event_type, e.callback_url, e.host, e.body),
+            strict=True,
+        ):
             col.append(value)
     return [r[0] for r in await conn.fetch(_REQUEUE_EVENTS, *cols, by)]
 

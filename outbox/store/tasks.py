@@ -29,12 +29,20 @@ def _task(row: asyncpg.Record | None) -> Task | None:
 
 
 async def insert_task(
-    conn: asyncpg.Connection, *, task_id: TaskId, tenant_id: str, type: str, input: Any,
-    callback_url: str, metadata: Any, timeout_s: float | None,
+    conn: asyncpg.Connection,
+    *,
+    task_id: TaskId,
+    tenant_id: str,
+    type: str,
+    input: Any,
+    callback_url: str,
+    metadata: Any,
+    timeout_s: float | None,
 ) -> Task:
     """A new queued task; ``timeout_s`` None means no deadline."""
-    row = await conn.fetchrow(_INSERT_TASK, task_id, tenant_id, type, input, callback_url,
-                              metadata, timeout_s)
+    row = await conn.fetchrow(
+        _INSERT_TASK, task_id, tenant_id, type, input, callback_url, metadata, timeout_s
+    )
     return Task.from_row(row)
 
 
@@ -53,28 +61,53 @@ async def lock_task(
 
 
 async def list_tasks(
-    conn: asyncpg.Connection, *, tenant_id: str, status: str | None,
-    updated_after: datetime | None, after: tuple[datetime, str] | None, limit: int,
+    conn: asyncpg.Connection,
+    *,
+    tenant_id: str,
+    status: str | None,
+    updated_after: datetime | None,
+    after: tuple[datetime, str] | None,
+    limit: int,
 ) -> list[Task]:
     """Up to ``limit`` tasks in (updated_at, id) order after the ``after`` cursor,
     stopping at the oldest open transaction (see queries.sql)."""
     rows = await conn.fetch(
-        _LIST_TASKS, tenant_id, status, updated_after,
-        after[0] if after else None, after[1] if after else None, limit,
+        _LIST_TASKS,
+        tenant_id,
+        status,
+        updated_after,
+        after[0] if after else None,
+        after[1] if after else None,
+        limit,
     )
     return [Task.from_row(r) for r in rows]
 
 
 async def transition_task(
-    conn: asyncpg.Connection, *, task_id: str, status: TaskStatus,
-    allowed_from: Sequence[TaskStatus], result: Any = None, error: Any = None,
-    event_id: EventId | None = None, tenant_id: str | None = None,
+    conn: asyncpg.Connection,
+    *,
+    task_id: str,
+    status: TaskStatus,
+    allowed_from: Sequence[TaskStatus],
+    result: Any = None,
+    error: Any = None,
+    event_id: EventId | None = None,
+    tenant_id: str | None = None,
 ) -> Task | None:
     """Move the task to ``status`` if it is in one of ``allowed_from``; None if not
     (or if it does not exist). An ``event_id`` starts the delivery summary."""
-    return _task(await conn.fetchrow(
-        _TRANSITION_TASK, task_id, status, result, error, event_id, allowed_from, tenant_id,
-    ))
+    return _task(
+        await conn.fetchrow(
+            _TRANSITION_TASK,
+            task_id,
+            status,
+            result,
+            error,
+            event_id,
+            allowed_from,
+            tenant_id,
+        )
+    )
 
 
 async def claim_overdue_tasks(conn: asyncpg.Connection, *, limit: int) -> list[TaskId]:
@@ -101,7 +134,11 @@ async def idempotency_get(
 
 
 async def idempotency_put(
-    conn: asyncpg.Connection, *, tenant_id: TenantId | str, key: str, request_hash: bytes,
+    conn: asyncpg.Connection,
+    *,
+    tenant_id: TenantId | str,
+    key: str,
+    request_hash: bytes,
     task_id: TaskId,
 ) -> None:
     """Remember the key; :class:`IdempotencyInFlight` if a racing request stored it first."""

@@ -61,8 +61,6 @@ async def tenant_by_key_hash(conn: asyncpg.Connection, *, digest: bytes) -> Tena
     return TenantKey(*row) if row is not None else None
 
 
-async def active_secrets(
-    conn: asyncpg.Connection, *, tenant_ids: Sequence[str]
-) -> list[SecretRow]:
+async def active_secrets(conn: asyncpg.Connection, *, tenant_ids: Sequence[str]) -> list[SecretRow]:
     """Secrets that sign now, per tenant newest first."""
     return [SecretRow(*r) for r in await conn.fetch(_ACTIVE_SECRETS, tenant_ids)]

@@ -26,9 +26,14 @@ async def new_tenant(request: Request) -> Response:
     async with request.app.state.pool.acquire() as conn:
         tenant = await create_tenant(conn, name.strip(), request.app.state.secret_box)
     return JSONResponse(
-        {"id": tenant.id, "name": tenant.name, "apiKey": tenant.api_key,
-         "signingSecret": tenant.signing_secret},
-        status_code=201, headers={"Cache-Control": "no-store"},
+        {
+            "id": tenant.id,
+            "name": tenant.name,
+            "apiKey": tenant.api_key,
+            "signingSecret": tenant.signing_secret,
+        },
+        status_code=201,
+        headers={"Cache-Control": "no-store"},
     )
 
 
@@ -41,8 +46,11 @@ async def rotate(request: Request) -> Response:
             conn, request.path_params["tenant_id"], request.app.state.secret_box, overlap
         )
     return JSONResponse(
-        {"id": request.path_params["tenant_id"], "signingSecret": secret,
-         "previousSecretsExpireInSeconds": overlap},
+        {
+            "id": request.path_params["tenant_id"],
+            "signingSecret": secret,
+            "previousSecretsExpireInSeconds": overlap,
+        },
         headers={"Cache-Control": "no-store"},
     )
 

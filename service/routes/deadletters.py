@@ -49,13 +49,17 @@ async def index(request: Request) -> Response:
     cursor = validation.decode_cursor(q.get("cursor"))
     async with request.app.state.pool.acquire() as conn:
         rows, nxt = await list_dead_letters(
-            conn, _filter(q), after=(cursor.updated_at, cursor.id) if cursor else None,
+            conn,
+            _filter(q),
+            after=(cursor.updated_at, cursor.id) if cursor else None,
             limit=validation.limit(q.get("limit")),
         )
-    return JSONResponse({
-        "data": [to_resource(r) for r in rows],
-        "nextCursor": validation.encode_cursor(Cursor(*nxt) if nxt else None),
-    })
+    return JSONResponse(
+        {
+            "data": [to_resource(r) for r in rows],
+            "nextCursor": validation.encode_cursor(Cursor(*nxt) if nxt else None),
+        }
+    )
 
 
 async def show(request: Request) -> Response:

@@ -18,12 +18,23 @@ async def index(request: Request) -> Response:
     limit = validation.limit(request.query_params.get("limit"))
     async with request.app.state.pool.acquire() as conn:
         rows = await destinations.list_destinations(conn, limit=limit)
-    return JSONResponse({"data": [{
-        "host": d.host, "state": d.state,
-        "consecutiveFailures": d.consecutive_failures, "lastError": d.last_error,
-        "lastFailureAt": iso(d.last_failure_at), "openedAt": iso(d.opened_at),
-        "nextProbeAt": iso(d.probe_at), "heldDeliveries": d.held,
-    } for d in rows]})
+    return JSONResponse(
+        {
+            "data": [
+                {
+                    "host": d.host,
+                    "state": d.state,
+                    "consecutiveFailures": d.consecutive_failures,
+                    "lastError": d.last_error,
+                    "lastFailureAt": iso(d.last_failure_at),
+                    "openedAt": iso(d.opened_at),
+                    "nextProbeAt": iso(d.probe_at),
+                    "heldDeliveries": d.held,
+                }
+                for d in rows
+            ]
+        }
+    )
 
 
 routes = [Route("/v1/admin/destinations", index, methods=["GET"])]

@@ -17,18 +17,32 @@ async def metrics(request: Request) -> Response:
     # tenant or status that no longer exist disappear instead of going stale.
     scrape = CollectorRegistry()
     depth = Gauge("hookrelay_outbox_depth", "Events waiting in the outbox", registry=scrape)
-    oldest = Gauge("hookrelay_outbox_oldest_due_seconds",
-                   "How long the oldest due event has been waiting", registry=scrape)
-    dead = Gauge("hookrelay_dead_letters", "Dead letters not yet replayed", ["tenant"],
-                 registry=scrape)
+    oldest = Gauge(
+        "hookrelay_outbox_oldest_due_seconds",
+        "How long the oldest due event has been waiting",
+        registry=scrape,
+    )
+    dead = Gauge(
+        "hookrelay_dead_letters", "Dead letters not yet replayed", ["tenant"], registry=scrape
+    )
     tasks = Gauge("hookrelay_tasks", "Tasks by status", ["status"], registry=scrape)
-    open_ = Gauge("hookrelay_destination_open", "1 while a host's circuit is open or half-open",
-                  ["host"], registry=scrape)
-    failing = Gauge("hookrelay_destination_consecutive_failures",
-                    "Consecutive failed attempts to a host", ["host"], registry=scrape)
-    xact = Gauge("hookrelay_db_oldest_transaction_seconds",
-                 "Age of the oldest open transaction in the database (it holds back vacuum)",
-                 registry=scrape)
+    open_ = Gauge(
+        "hookrelay_destination_open",
+        "1 while a host's circuit is open or half-open",
+        ["host"],
+        registry=scrape,
+    )
+    failing = Gauge(
+        "hookrelay_destination_consecutive_failures",
+        "Consecutive failed attempts to a host",
+        ["host"],
+        registry=scrape,
+    )
+    xact = Gauge(
+        "hookrelay_db_oldest_transaction_seconds",
+        "Age of the oldest open transaction in the database (it holds back vacuum)",
+        registry=scrape,
+    )
     async with request.app.state.pool.acquire() as conn:
         xact.set(await gauges.oldest_transaction_s(conn))
         stats = await gauges.outbox_stats(conn)

@@ -92,15 +92,19 @@ async def index(request: Request) -> Response:
         raise Unprocessable(f"status must be one of: {', '.join(sorted(ALL_STATUSES))}")
     async with request.app.state.pool.acquire() as conn:
         tasks, nxt = await list_tasks(
-            conn, tenant_id, status=status,
+            conn,
+            tenant_id,
+            status=status,
             updated_after=validation.timestamp("updatedAfter", q.get("updatedAfter")),
             after=validation.decode_cursor(q.get("cursor")),
             limit=validation.limit(q.get("limit")),
         )
-    return JSONResponse({
-        "data": [t.to_resource() for t in tasks],
-        "nextCursor": validation.encode_cursor(nxt),
-    })
+    return JSONResponse(
+        {
+            "data": [t.to_resource() for t in tasks],
+            "nextCursor": validation.encode_cursor(nxt),
+        }
+    )
 
 
 async def start(request: Request) -> Response:
@@ -135,10 +139,13 @@ async def deliveries(request: Request) -> Response:
     task = await _visible_task(request)
     async with request.app.state.pool.acquire() as conn:
         log = await redelivery.attempts(conn, task.id)
-    return JSONResponse({
-        "taskId": task.id, "eventId": task.event_id,
-        "data": [a.to_resource() for a in log],
-    })
+    return JSONResponse(
+        {
+            "taskId": task.id,
+            "eventId": task.event_id,
+            "data": [a.to_resource() for a in log],
+        }
+    )
 
 
 async def redeliver(request: Request) -> Response:
