@@ -16,7 +16,10 @@ CREATE TABLE IF NOT EXISTS tenants (
     id            text PRIMARY KEY,
     name          text NOT NULL,
     api_key_hash  bytea NOT NULL UNIQUE,
-    created_at    timestamptz NOT NULL DEFAULT now()
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    -- +1 at every signing-key rotation (0003); read with each claimed event so
+    -- the dispatcher's cached signer is replaced as soon as a rotation commits.
+    secret_version integer NOT NULL DEFAULT 1
 );
 
 -- Signing secrets, AES-GCM encrypted with the master key (tenant id as AAD).

@@ -184,7 +184,7 @@ class Dispatcher:
                     self.counters["probes"] += 1
             if not rows:
                 return 0, want
-            tenants: set[str] = {e.tenant_id for e in rows}
+            tenants: dict[str, int] = {e.tenant_id: e.secret_version for e in rows}
             signers = await self.keyring.signers(conn, tenants)
             # A secret that does not decrypt is that tenant's problem, unless
             # this process's key is no longer the database's (rotated while we

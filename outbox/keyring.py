@@ -1,9 +1,16 @@
-"""Signing keys for the dispatcher: decrypted once, cached briefly, per tenant."""
+"""Signing keys for the dispatcher: decrypted once, cached per (tenant, key version).
+
+A rotation bumps ``tenants.secret_version`` in its own transaction, and every
+claimed event carries the version current at the claim; a cached signer of
+another version is not used. So an event claimed after a rotation commits is
+signed with the new key, with no wait for the cache to expire.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 import asyncpg
@@ -15,32 +22,37 @@ from .tenants import ActiveSecrets, active_secrets
 
 log = logging.getLogger("hookrelay.keyring")
 
-# Short enough that a rotation takes effect within seconds, long enough that a
-# busy tenant's key is decrypted once, not per event. An entry never outlives
-# the earliest expiry of the secrets in it, so the overlap ends on time.
-CACHE_TTL_S = 2.0
+# Rotations are seen through the version, not the clock; the TTL only bounds
+# how long a key changed behind hookrelay's back (by hand in the database)
+# keeps signing. An entry never outlives the earliest expiry of the secrets in
+# it, so a rotation's overlap still ends on time.
+CACHE_TTL_S = 30.0
 
 
 class Keyring:
     def __init__(self, box: SecretBox, ttl_s: float = CACHE_TTL_S) -> None:
         self._box = box
         self._ttl = ttl_s
-        self._cache: dict[str, tuple[float, Signer]] = {}
+        # tenant id -> (key version, valid until (monotonic), signer)
+        self._cache: dict[str, tuple[int, float, Signer]] = {}
 
-    async def signers(self, conn: asyncpg.Connection, tenant_ids: set[str]) -> dict[str, Signer]:
-        """A signer for each tenant, loading the ones not cached (one query).
+    async def signers(
+        self, conn: asyncpg.Connection, versions: Mapping[str, int]
+    ) -> dict[str, Signer]:
+        """A signer for each tenant at the key version read with its claim.
 
-        A tenant whose secrets do not decrypt is left out (and not cached, so a
-        repaired secret is used at once): the caller deals with its events,
-        everyone else's still get signed.
+        Tenants not cached at that version are loaded in one query. A tenant
+        whose secrets do not decrypt is left out (and not cached, so a repaired
+        secret is used at once): the caller deals with its events, everyone
+        else's still get signed.
         """
         now = time.monotonic()
         out: dict[str, Signer] = {}
         missing = []
-        for tid in tenant_ids:
+        for tid, version in versions.items():
             hit = self._cache.get(tid)
-            if hit is not None and hit[0] > now:
-                out[tid] = hit[1]
+            if hit is not None and hit[0] == version and hit[1] > now:
+                out[tid] = hit[2]
             else:
                 missing.append(tid)
         if not missing:
@@ -51,7 +63,9 @@ class Keyring:
             if secrets.expires_at is not None:
                 until = min(until, now + (secrets.expires_at - wall).total_seconds())
             signer = Signer(secrets.values)
-            self._cache[tid] = (until, signer)
+            # Loaded after the claim, so these keys are at least that version;
+            # a newer rotation is caught by the next claim's version.
+            self._cache[tid] = (versions[tid], until, signer)
             out[tid] = signer
         return out
 

@@ -73,6 +73,11 @@ UPDATE signing_secrets
    SET expires_at = LEAST(COALESCE(expires_at, 'infinity'), now() + make_interval(secs => $2))
  WHERE tenant_id = $1 AND (expires_at IS NULL OR expires_at > now());
 
+-- name: bump_secret_version
+-- Rotation: the tenant's row lock serialises concurrent rotations, and the new
+-- version, committed with the new key, tells dispatchers their cache is stale.
+UPDATE tenants SET secret_version = secret_version + 1 WHERE id = $1 RETURNING secret_version;
+
 -- name: tenant_exists
 SELECT EXISTS (SELECT 1 FROM tenants WHERE id = $1);
 
@@ -188,7 +193,9 @@ UPDATE outbox o
   FROM due
  WHERE o.id = due.id
 RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url, o.host,
-          o.body, o.attempts, o.budget_used;
+          o.body, o.attempts, o.budget_used,
+          -- Read with the claim: a rotation committed before it is seen here.
+          (SELECT t.secret_version FROM tenants t WHERE t.id = o.tenant_id);
 
 -- name: take_probes
 -- Hosts whose open circuit is due a probe. The row lock of this UPDATE gives

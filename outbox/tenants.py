@@ -53,7 +53,8 @@ async def rotate_secret(
     """Issue a new signing secret; the current ones keep signing for ``overlap_s``."""
     secret = generate_secret()
     async with conn.transaction():
-        if not await store.tenant_exists(conn, tenant_id=tenant_id):
+        # First, so concurrent rotations of one tenant queue on its row lock.
+        if await store.bump_secret_version(conn, tenant_id=tenant_id) is None:
             raise TenantNotFound(tenant_id)
         await store.expire_secrets(conn, tenant_id=tenant_id, overlap_s=overlap_s)
         await store.insert_secret(

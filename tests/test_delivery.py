@@ -37,6 +37,7 @@ def event(budget_used: int = 0, url: str = URL) -> ClaimedEvent:
         body=b'{"type":"task.succeeded"}',
         attempts=budget_used,
         budget_used=budget_used,
+        secret_version=1,
         token=uuid.uuid4(),
     )
 

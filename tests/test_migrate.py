@@ -144,7 +144,7 @@ async def test_migrate_status_command(new_db: NewDb, runtime) -> None:  # type: 
     code, out, err = await hookrelay("migrate", "--status", env=cli_env(runtime, dsn))
     assert code == 0, err
     assert "0001  initial" in out and "0002  master_key_check" in out
-    assert "1 applied, 1 pending" in out
+    assert f"1 applied, {len(migrations()) - 1} pending" in out
     code, _, err = await hookrelay("migrate", env=cli_env(runtime, dsn))
     assert code == 0, err
     code, out, _ = await hookrelay("migrate", "--status", env=cli_env(runtime, dsn))

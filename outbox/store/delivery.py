@@ -31,6 +31,8 @@ class ClaimedEvent:
     body: bytes
     attempts: int
     budget_used: int
+    # The tenant's signing-key version as of the claim (tenants.secret_version).
+    secret_version: int
     token: UUID
 
 
@@ -53,7 +55,7 @@ async def claim(
     # The hot path: one construction per row, positional in RETURNING's order.
     return [
         ClaimedEvent(
-            r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7].encode("utf-8"), r[8], r[9], token
+            r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7].encode("utf-8"), r[8], r[9], r[10], token
         )
         for r in rows
     ]

@@ -15,6 +15,7 @@ _INSERT_TENANT = sql("insert_tenant")
 _INSERT_SECRET = sql("insert_secret")
 _EXPIRE_SECRETS = sql("expire_secrets")
 _TENANT_EXISTS = sql("tenant_exists")
+_BUMP_SECRET_VERSION = sql("bump_secret_version")
 _TENANT_BY_KEY_HASH = sql("tenant_by_key_hash")
 _ACTIVE_SECRETS = sql("active_secrets")
 
@@ -50,6 +51,12 @@ async def expire_secrets(
 ) -> None:
     """Every secret still signing keeps doing so for ``overlap_s`` more seconds, no longer."""
     await conn.execute(_EXPIRE_SECRETS, tenant_id, float(overlap_s))
+
+
+async def bump_secret_version(conn: asyncpg.Connection, *, tenant_id: str) -> int | None:
+    """The tenant's next signing-key version, row-locked until commit; None if no such tenant."""
+    value = await conn.fetchval(_BUMP_SECRET_VERSION, tenant_id)
+    return int(value) if value is not None else None
 
 
 async def tenant_exists(conn: asyncpg.Connection, *, tenant_id: str) -> bool:
