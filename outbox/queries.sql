@@ -84,6 +84,22 @@ SELECT EXISTS (SELECT 1 FROM tenants WHERE id = $1);
 -- name: tenant_by_key_hash
 SELECT id, name, api_key_hash FROM tenants WHERE api_key_hash = $1;
 
+-- name: list_tenants
+-- Keyset pages in creation order; the secret count is of secrets that sign now.
+SELECT t.id, t.name, t.created_at,
+       (SELECT count(*) FROM signing_secrets s
+         WHERE s.tenant_id = t.id AND (s.expires_at IS NULL OR s.expires_at > now())) AS secrets
+  FROM tenants t
+ WHERE $1::timestamptz IS NULL OR (t.created_at, t.id) > ($1, $2::text)
+ ORDER BY t.created_at, t.id
+ LIMIT $3;
+
+-- name: rotate_api_key
+-- The old hash is gone once this commits; the NOTIFY (also delivered at commit)
+-- tells every API process to drop the keys it cached for this tenant.
+WITH t AS (UPDATE tenants SET api_key_hash = $2 WHERE id = $1 RETURNING id)
+SELECT id, pg_notify($3, id) FROM t;
+
 -- name: active_secrets
 -- Newest first: the first signature in the header is made with the newest key.
 SELECT tenant_id, secret_enc, expires_at

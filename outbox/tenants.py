@@ -63,6 +63,26 @@ async def rotate_secret(
     return secret
 
 
+async def rotate_api_key(conn: asyncpg.Connection, tenant_id: str) -> str:
+    """Issue a new API key; the old one stops working when this commits."""
+    api_key = ids.api_key()
+    if not await store.replace_api_key(
+        conn, tenant_id=tenant_id, api_key_hash=hash_api_key(api_key)
+    ):
+        raise TenantNotFound(tenant_id)
+    return api_key
+
+
+async def list_tenants(
+    conn: asyncpg.Connection, *, after: tuple[datetime, str] | None, limit: int
+) -> tuple[list[store.TenantRow], tuple[datetime, str] | None]:
+    """A page of tenants in creation order, and the keyset position of the next page."""
+    rows = await store.list_tenants(conn, after=after, limit=limit + 1)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return rows, ((rows[-1].created_at, rows[-1].id) if more else None)
+
+
 async def authenticate(conn: asyncpg.Connection, api_key: str) -> str | None:
     """The tenant id an API key belongs to, or None."""
     digest = hash_api_key(api_key)

@@ -13,7 +13,7 @@ from starlette.middleware import Middleware
 from outbox.db import create_pool
 
 from . import openapi
-from .auth import KeyCache
+from .auth import KeyCache, revocations
 from .errors import HANDLERS
 from .limits import HeaderLimit
 from .routes import admin, deadletters, destinations, health, metrics, tasks
@@ -44,12 +44,15 @@ def create_app(
         )
         app.state.watcher = TaskWatcher(runtime.dsn)
         await app.state.watcher.start()
+        app.state.key_revocations = keys = revocations(runtime.dsn, app.state.key_cache)
+        await keys.start()
         try:
             async with contextlib.AsyncExitStack() as stack:
                 for start in background:
                     await stack.enter_async_context(start(app.state.pool))
                 yield
         finally:
+            await keys.stop()
             await app.state.watcher.stop()
             if own:
                 await app.state.pool.close()

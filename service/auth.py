@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
+from outbox.listener import Listener
+from outbox.store import KEYS_CHANNEL
 from outbox.tenants import authenticate, hash_api_key
 
 from .errors import Forbidden, Unauthorized
@@ -30,7 +32,9 @@ class KeyCache:
 
     The key lookup was a database round trip on every request, a sixth of a
     busy API's time. Only successes are kept, and only digests (what the
-    database holds anyway), never the keys themselves.
+    database holds anyway), never the keys themselves. A rotated key must stop
+    working at once, so rotation evicts its tenant here and, through
+    :func:`revocations`, in every other API process.
     """
 
     def __init__(self, ttl_s: float = 30.0, size: int = 10_000) -> None:
@@ -51,6 +55,20 @@ class KeyCache:
         self._entries.move_to_end(digest)
         while len(self._entries) > self.size:
             self._entries.popitem(last=False)
+
+    def evict_tenant(self, tenant_id: str) -> None:
+        for digest in [d for d, (t, _) in self._entries.items() if t == tenant_id]:
+            del self._entries[digest]
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+def revocations(dsn: str, cache: KeyCache) -> Listener:
+    """LISTEN for rotated API keys; after any outage, forget every cached key."""
+    return Listener(
+        dsn, KEYS_CHANNEL, cache.evict_tenant, on_gap=cache.clear, name="hookrelay-keys"
+    )
 
 
 def _bearer(request: Request) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -18,9 +17,8 @@ import uvicorn
 from outbox.db import create_pool
 from outbox.errors import OutboxError
 from outbox.sweeper import sweeping
-from outbox.tenants import create_tenant
 
-from . import database_cli, deadletters_cli, logs, serving
+from . import database_cli, deadletters_cli, logs, serving, tenants_cli
 from .app import create_app
 from .errors import ApiError
 from .runtime import Runtime, prepare
@@ -96,26 +94,15 @@ async def _dead_letters(runtime: Runtime, args: argparse.Namespace) -> int:
         await pool.close()
 
 
-async def _tenants_create(runtime: Runtime, name: str, as_json: bool) -> None:
-    await _migrate(runtime)
+async def _tenants(runtime: Runtime, args: argparse.Namespace) -> int:
+    if args.action == "create":
+        await _migrate(runtime)
     pool = await create_pool(runtime.dsn, min_size=1, max_size=1, wait_s=runtime.settings.db_wait_s)
     try:
         async with pool.acquire() as conn:
-            t = await create_tenant(conn, name, runtime.secret_box)
+            return await tenants_cli.run(conn, args, runtime)
     finally:
         await pool.close()
-    if as_json:
-        print(
-            json.dumps(
-                {"id": t.id, "name": t.name, "apiKey": t.api_key, "signingSecret": t.signing_secret}
-            )
-        )
-    else:
-        print(
-            f"tenant id:       {t.id}\nname:            {t.name}\n"
-            f"api key:         {t.api_key}\nsigning secret:  {t.signing_secret}\n"
-            "(shown once: store them now)"
-        )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -125,12 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("api", help="the HTTP API only")
     sub.add_parser("dispatch", help="the dispatcher only (run as many as you like)")
     database_cli.add_parsers(sub)
-    tenants = sub.add_parser("tenants", help="manage tenants").add_subparsers(
-        dest="action", required=True
-    )
-    create = tenants.add_parser("create", help="create a tenant; prints its credentials once")
-    create.add_argument("name")
-    create.add_argument("--json", action="store_true", help="machine-readable output")
+    tenants_cli.add_parser(sub)
     deadletters_cli.add_parser(sub)
     return p
 
@@ -149,12 +131,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "dispatch": _dispatch,
         "migrate": lambda rt: database_cli.run_migrate(rt, args),
         "master-key": database_cli.run_rotate,
-        "tenants": lambda rt: _tenants_create(rt, args.name, args.json),
     }
     try:
         runtime = prepare(settings)
         if args.command == "dead-letters":
             return serving.run(_dead_letters(runtime, args))
+        if args.command == "tenants":
+            return serving.run(_tenants(runtime, args))
         with contextlib.suppress(KeyboardInterrupt):
             serving.run(commands[args.command](runtime))
     except ApiError as exc:

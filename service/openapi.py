@@ -138,6 +138,17 @@ def _json(schema: Schema, description: str = "OK") -> Schema:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
+TENANT: Schema = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"},
+        "name": {"type": "string"},
+        "createdAt": {"type": "string", "format": "date-time"},
+        "secretCount": {"type": "integer", "description": "signing secrets that sign now"},
+    },
+}
+
+
 def _page(item: Schema) -> Schema:
     return {
         "type": "object",
@@ -275,6 +286,12 @@ def spec() -> Schema:
                 "post": _op("→ cancelled", (200, task), params=tid, errors=(401, 404, 409))
             },
             "/v1/admin/tenants": {
+                "get": _op(
+                    "List tenants (admin)",
+                    (200, _page(TENANT)),
+                    params=paging,
+                    errors=(400, 401, 403),
+                ),
                 "post": _op(
                     "Create a tenant (admin)",
                     (201, {"type": "object"}),
@@ -284,12 +301,26 @@ def spec() -> Schema:
                         "properties": {"name": {"type": "string"}},
                     },
                     errors=(400, 401, 403, 422),
-                )
+                ),
             },
             "/v1/admin/tenants/{tenant_id}/rotate-secret": {
                 "post": _op(
                     "Rotate the signing secret (admin)",
                     (200, {"type": "object"}),
+                    params=[_p("tenant_id")],
+                    errors=(401, 403, 404),
+                )
+            },
+            "/v1/admin/tenants/{tenant_id}/rotate-key": {
+                "post": _op(
+                    "Rotate the API key (admin); the old key stops working at once",
+                    (
+                        200,
+                        {
+                            "type": "object",
+                            "properties": {"id": {"type": "string"}, "apiKey": {"type": "string"}},
+                        },
+                    ),
                     params=[_p("tenant_id")],
                     errors=(401, 403, 404),
                 )

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 
 import asyncpg
+import httpx
 import pytest
 
 from outbox.tenants import active_secrets, hash_api_key
+from service.app import create_app
 
 from .conftest import ADMIN, bearer
 
@@ -92,3 +95,92 @@ async def test_readyz_reports_unreachable_database(client, pool) -> None:  # typ
     await pool.close()
     r = await client.get("/readyz")
     assert r.status_code == 503 and r.json()["error"]["code"] == "unavailable"
+
+
+async def test_list_tenants_pages_in_creation_order(client) -> None:  # type: ignore[no-untyped-def]
+    made = []
+    for name in ("a", "b", "c"):
+        r = await client.post("/v1/admin/tenants", json={"name": name}, headers=ADMIN)
+        made.append(r.json()["id"])
+    await client.post(f"/v1/admin/tenants/{made[1]}/rotate-secret", headers=ADMIN)
+    r = await client.get("/v1/admin/tenants?limit=2", headers=ADMIN)
+    assert r.status_code == 200
+    page = r.json()
+    assert [t["id"] for t in page["data"]] == made[:2] and page["nextCursor"]
+    # During the overlap the old secret still signs beside the new one.
+    assert [t["secretCount"] for t in page["data"]] == [1, 2]
+    assert "apiKey" not in page["data"][0] and page["data"][0]["createdAt"].endswith("Z")
+    r = await client.get(f"/v1/admin/tenants?limit=2&cursor={page['nextCursor']}", headers=ADMIN)
+    assert [t["id"] for t in r.json()["data"]] == made[2:] and r.json()["nextCursor"] is None
+
+
+@pytest.mark.parametrize("query", ["limit=0", "limit=x", "limit=1001", "cursor=%21%21"])
+async def test_list_tenants_rejects_bad_paging(client, query) -> None:  # type: ignore[no-untyped-def]
+    r = await client.get(f"/v1/admin/tenants?{query}", headers=ADMIN)
+    assert r.status_code == 400 and r.json()["error"]["code"]
+
+
+async def test_list_tenants_needs_admin(client, tenant) -> None:  # type: ignore[no-untyped-def]
+    assert (
+        await client.get("/v1/admin/tenants", headers=bearer(tenant["apiKey"]))
+    ).status_code == 403
+    assert (await client.get("/v1/admin/tenants")).status_code == 401
+
+
+async def test_rotate_key_old_key_stops_at_once_even_cached(client, tenant) -> None:  # type: ignore[no-untyped-def]
+    old = bearer(tenant["apiKey"])
+    assert (await client.get("/v1/tasks", headers=old)).status_code == 200  # now cached
+    r = await client.post(f"/v1/admin/tenants/{tenant['id']}/rotate-key", headers=ADMIN)
+    assert r.status_code == 200 and r.headers["cache-control"] == "no-store"
+    new_key = r.json()["apiKey"]
+    assert new_key != tenant["apiKey"]
+    assert (await client.get("/v1/tasks", headers=old)).status_code == 401
+    assert (await client.get("/v1/tasks", headers=bearer(new_key))).status_code == 200
+
+
+async def test_rotate_key_reaches_other_api_processes(client, tenant, runtime, pool) -> None:  # type: ignore[no-untyped-def]
+    # A second app with its own key cache stands for another `hookrelay api`
+    # process: only the NOTIFY can tell it the key changed.
+    other = create_app(runtime, pool=pool)
+    async with other.router.lifespan_context(other):
+        transport = httpx.ASGITransport(app=other)
+        async with httpx.AsyncClient(transport=transport, base_url="http://other.test") as c2:
+            # Connecting clears the cache (notifications may have been missed), so
+            # wait for the LISTEN before caching the key there.
+            await eventually_listening(other)
+            old = bearer(tenant["apiKey"])
+            assert (await c2.get("/v1/tasks", headers=old)).status_code == 200  # cached there
+            r = await client.post(f"/v1/admin/tenants/{tenant['id']}/rotate-key", headers=ADMIN)
+            assert r.status_code == 200
+
+            async def rejected() -> bool:
+                return (await c2.get("/v1/tasks", headers=old)).status_code == 401
+
+            # The cache would keep the key for 30 s; the NOTIFY ends it in milliseconds.
+            assert await poll(rejected, timeout=5.0)
+
+
+async def test_rotate_key_unknown_tenant_and_needs_admin(client, tenant) -> None:  # type: ignore[no-untyped-def]
+    r = await client.post("/v1/admin/tenants/ten_nope/rotate-key", headers=ADMIN)
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+    r = await client.post(
+        f"/v1/admin/tenants/{tenant['id']}/rotate-key", headers=bearer(tenant["apiKey"])
+    )
+    assert r.status_code == 403
+
+
+async def eventually_listening(app) -> None:  # type: ignore[no-untyped-def]
+    # The revocation LISTEN connects in the background; wait until it is in place.
+    async def ready() -> bool:
+        return bool(app.state.key_revocations.connected)
+
+    assert await poll(ready, timeout=5.0)
+
+
+async def poll(predicate, *, timeout: float) -> bool:  # type: ignore[no-untyped-def]
+    deadline = asyncio.get_running_loop().time() + timeout
+    while asyncio.get_running_loop().time() < deadline:
+        if await predicate():
+            return True
+        await asyncio.sleep(0.02)
+    return False

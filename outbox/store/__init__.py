@@ -28,8 +28,10 @@ from . import (
     tenants,
 )
 from .events import OUTBOX_CHANNEL, TASKS_CHANNEL
+from .tenants import KEYS_CHANNEL
 
 __all__ = [
+    "KEYS_CHANNEL",
     "OUTBOX_CHANNEL",
     "TASKS_CHANNEL",
     "deadletters",

@@ -18,6 +18,11 @@ _TENANT_EXISTS = sql("tenant_exists")
 _BUMP_SECRET_VERSION = sql("bump_secret_version")
 _TENANT_BY_KEY_HASH = sql("tenant_by_key_hash")
 _ACTIVE_SECRETS = sql("active_secrets")
+_LIST_TENANTS = sql("list_tenants")
+_ROTATE_API_KEY = sql("rotate_api_key")
+
+# NOTIFY channel: payload a tenant id whose API key changed.
+KEYS_CHANNEL = "hookrelay_keys"
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +30,14 @@ class TenantKey:
     id: TenantId
     name: str
     api_key_hash: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class TenantRow:
+    id: TenantId
+    name: str
+    created_at: datetime
+    secrets: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,3 +84,16 @@ async def tenant_by_key_hash(conn: asyncpg.Connection, *, digest: bytes) -> Tena
 async def active_secrets(conn: asyncpg.Connection, *, tenant_ids: Sequence[str]) -> list[SecretRow]:
     """Secrets that sign now, per tenant newest first."""
     return [SecretRow(*r) for r in await conn.fetch(_ACTIVE_SECRETS, tenant_ids)]
+
+
+async def list_tenants(
+    conn: asyncpg.Connection, *, after: tuple[datetime, str] | None, limit: int
+) -> list[TenantRow]:
+    """Tenants in creation order, after the keyset position ``after``."""
+    at, ident = after if after is not None else (None, None)
+    return [TenantRow(*r) for r in await conn.fetch(_LIST_TENANTS, at, ident, limit)]
+
+
+async def replace_api_key(conn: asyncpg.Connection, *, tenant_id: str, api_key_hash: bytes) -> bool:
+    """Swap the tenant's key hash and announce it at commit; False if no such tenant."""
+    return await conn.fetchrow(_ROTATE_API_KEY, tenant_id, api_key_hash, KEYS_CHANNEL) is not None

@@ -6,8 +6,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from outbox.tenants import create_tenant, rotate_secret
+from outbox.models import iso
+from outbox.tasks import Cursor
+from outbox.tenants import create_tenant, list_tenants, rotate_api_key, rotate_secret
 
+from .. import validation
 from ..auth import require_admin
 from ..bodies import read_json
 from ..errors import Unprocessable
@@ -55,7 +58,46 @@ async def rotate(request: Request) -> Response:
     )
 
 
+async def index(request: Request) -> Response:
+    await require_admin(request)
+    q = request.query_params
+    cursor = validation.decode_cursor(q.get("cursor"))
+    async with request.app.state.pool.acquire() as conn:
+        rows, nxt = await list_tenants(
+            conn,
+            after=(cursor.updated_at, cursor.id) if cursor else None,
+            limit=validation.limit(q.get("limit")),
+        )
+    return JSONResponse(
+        {
+            "data": [
+                {
+                    "id": t.id,
+                    "name": t.name,
+                    "createdAt": iso(t.created_at),
+                    "secretCount": t.secrets,
+                }
+                for t in rows
+            ],
+            "nextCursor": validation.encode_cursor(Cursor(*nxt) if nxt else None),
+        }
+    )
+
+
+async def rotate_key(request: Request) -> Response:
+    await require_admin(request)
+    await read_json(request, required=False)
+    tenant_id = request.path_params["tenant_id"]
+    async with request.app.state.pool.acquire() as conn:
+        api_key = await rotate_api_key(conn, tenant_id)
+    # This process forgets the old key now; the others on the NOTIFY.
+    request.app.state.key_cache.evict_tenant(tenant_id)
+    return JSONResponse({"id": tenant_id, "apiKey": api_key}, headers={"Cache-Control": "no-store"})
+
+
 routes = [
+    Route("/v1/admin/tenants", index, methods=["GET"]),
     Route("/v1/admin/tenants", new_tenant, methods=["POST"]),
+    Route("/v1/admin/tenants/{tenant_id}/rotate-key", rotate_key, methods=["POST"]),
     Route("/v1/admin/tenants/{tenant_id}/rotate-secret", rotate, methods=["POST"]),
 ]
