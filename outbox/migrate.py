@@ -3,7 +3,9 @@
 Each migration runs in its own transaction under the schema advisory lock and
 records itself in ``schema_version`` in that same transaction, so concurrent
 ``migrate`` runs (or several processes starting at once) apply each file
-exactly once and a failed file leaves nothing half-applied.
+exactly once and a failed file leaves nothing half-applied. A migration may
+also have a Python step (``outbox.migration_steps``), run after its SQL in the
+same transaction.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Literal
 
 import asyncpg
 
+from .migration_steps import STEPS
 from .store import schema
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
@@ -70,6 +73,9 @@ async def migrate(conn: asyncpg.Connection, *, upto: int | None = None) -> list[
             if await schema.migration_applied(conn, version=migration.version):
                 continue
             await conn.execute(migration.sql)
+            step = STEPS.get(migration.name)
+            if step is not None:  # what SQL cannot do (outbox.migration_steps)
+                await step(conn)
             await schema.record_migration(conn, version=migration.version, name=migration.name)
             done.append(migration)
     return done

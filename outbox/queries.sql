@@ -490,3 +490,41 @@ DELETE FROM tasks
      WHERE status = ANY($3::text[])
        AND completed_at < $1 AND delivery_status <> 'pending'
      LIMIT $2);
+
+-- name: destination_urls
+-- Migration host_keys: every (callback URL, stored host key) pair still in use,
+-- so Python can compute each URL's canonical key once (SQL cannot do IDNA).
+SELECT callback_url, host FROM outbox GROUP BY 1, 2
+UNION
+SELECT callback_url, host FROM dead_letters GROUP BY 1, 2;
+
+-- name: rekey_outbox
+-- Migration host_keys: $1 callback URLs get the host keys $2.
+UPDATE outbox o SET host = m.host
+  FROM unnest($1::text[], $2::text[]) AS m(callback_url, host)
+ WHERE o.callback_url = m.callback_url AND o.host <> m.host;
+
+-- name: rekey_dead_letters
+-- Migration host_keys: as rekey_outbox, for events that may be replayed.
+UPDATE dead_letters d SET host = m.host
+  FROM unnest($1::text[], $2::text[]) AS m(callback_url, host)
+ WHERE d.callback_url = m.callback_url AND d.host <> m.host;
+
+-- name: copy_destinations_rekeyed
+-- Migration host_keys: circuit state moves from each old key ($1) to the new
+-- keys ($2) it stood for (an old key had no scheme, so it may stand for two).
+-- Where several old rows meet one new key, the one with the most failures in
+-- a row wins. New keys contain '://', old ones never do, so they cannot clash.
+INSERT INTO destinations (host, state, consecutive_failures, last_error, last_failure_at,
+                          opened_at, probe_at, updated_at)
+SELECT DISTINCT ON (m.new)
+       m.new, d.state, d.consecutive_failures, d.last_error, d.last_failure_at,
+       d.opened_at, d.probe_at, d.updated_at
+  FROM destinations d JOIN unnest($1::text[], $2::text[]) AS m(old, new) ON m.old = d.host
+ ORDER BY m.new, d.consecutive_failures DESC, d.updated_at DESC
+ON CONFLICT (host) DO NOTHING;
+
+-- name: drop_unkeyed_destinations
+-- Migration host_keys: old-style keys go; those no waiting event explained
+-- were history only, and the breaker relearns from the next failure.
+DELETE FROM destinations WHERE position('://' IN host) = 0;

@@ -21,6 +21,15 @@ import idna
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from outbox.errors import BlockedDestination, ConfigurationError, InvalidCallbackUrl
+from outbox.hostkey import (
+    DEFAULT_PORTS,
+    IPV4_COMPATIBLE,
+    IPV4_MAPPED,
+    MASK32,
+    NAT64,
+    SIX_TO_FOUR,
+    TEREDO,
+)
 
 if TYPE_CHECKING:
     from aiohttp.tracing import Trace
@@ -38,15 +47,8 @@ BLOCKED_NETWORKS: tuple[IPNetwork, ...] = tuple(
     )
 )  # fmt: skip
 
-_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
-_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
-_SIX_TO_FOUR = ipaddress.IPv6Network("2002::/16")
-_TEREDO = ipaddress.IPv6Network("2001::/32")
-_COMPATIBLE = ipaddress.IPv6Network("::/96")
-_MASK32 = 0xFFFFFFFF
 
 MAX_URL_LENGTH = 2048
-_DEFAULT_PORTS = {"https": 443, "http": 80}
 _LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)")
 
 
@@ -55,13 +57,13 @@ def _embedded_ipv4(addr: IPAddress) -> list[ipaddress.IPv4Address]:
     if isinstance(addr, ipaddress.IPv4Address):
         return []
     n = int(addr)
-    if addr in _MAPPED or addr in _NAT64 or (addr in _COMPATIBLE and n > 1):
-        return [ipaddress.IPv4Address(n & _MASK32)]
-    if addr in _SIX_TO_FOUR:
-        return [ipaddress.IPv4Address((n >> 80) & _MASK32)]
-    if addr in _TEREDO:
+    if addr in IPV4_MAPPED or addr in NAT64 or (addr in IPV4_COMPATIBLE and n > 1):
+        return [ipaddress.IPv4Address(n & MASK32)]
+    if addr in SIX_TO_FOUR:
+        return [ipaddress.IPv4Address((n >> 80) & MASK32)]
+    if addr in TEREDO:
         # Server address, then the client address (stored inverted).
-        return [ipaddress.IPv4Address((n >> 64) & _MASK32), ipaddress.IPv4Address(~n & _MASK32)]
+        return [ipaddress.IPv4Address((n >> 64) & MASK32), ipaddress.IPv4Address(~n & MASK32)]
     return []
 
 
@@ -135,7 +137,7 @@ class AddressPolicy:
             parts = urlsplit(url)
         except ValueError as exc:
             raise InvalidCallbackUrl(f"malformed URL: {exc}") from None
-        if parts.scheme not in _DEFAULT_PORTS:
+        if parts.scheme not in DEFAULT_PORTS:
             raise InvalidCallbackUrl("URL must be an absolute http:// or https:// URL")
         if parts.scheme == "http" and not self.allow_http:
             raise InvalidCallbackUrl("plain http URLs are not allowed; use https")
@@ -144,7 +146,7 @@ class AddressPolicy:
         if "@" in parts.netloc:
             raise InvalidCallbackUrl("URL must not contain credentials")
         host, bracketed, port_text = _split_netloc(parts.netloc)
-        port = _DEFAULT_PORTS[parts.scheme]
+        port = DEFAULT_PORTS[parts.scheme]
         if port_text:
             if not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) < 65536:
                 raise InvalidCallbackUrl(

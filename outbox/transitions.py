@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
 import asyncpg
 
 from . import ids
 from .errors import InvalidTransition, TaskNotFound
+from .hostkey import host_key
 from .models import LIVE_STATUSES, TERMINAL_STATUSES, EventId, Task, TaskStatus, TerminalStatus, iso
 from .store import events, tasks
 
@@ -34,10 +34,8 @@ __all__ = [
 
 
 def destination_host(url: str) -> str:
-    """``host[:port]`` of a callback URL, the unit of per-destination limits."""
-    parts = urlsplit(url)
-    host = (parts.hostname or "").lower()
-    return f"{host}:{parts.port}" if parts.port else host
+    """The destination key of a callback URL (``outbox.hostkey``), the unit of per-host limits."""
+    return host_key(url)
 
 
 def event_body(task: Task) -> str:

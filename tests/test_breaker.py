@@ -36,7 +36,7 @@ async def test_open_circuit_holds_then_probe_recloses(client, pool, runtime, rec
             retry_cap_s=0.05,
         ),
     )
-    host = f"127.0.0.1:{bad.port}"
+    host = f"http://127.0.0.1:{bad.port}"
     try:
         tenant, held = await backlog(pool, rt, bad.url, 20)
         _, fine = await backlog(pool, rt, receiver.url, 10, tenant)

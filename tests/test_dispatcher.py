@@ -203,7 +203,7 @@ async def test_leased_rows_are_not_claimed_twice(pool, runtime, receiver) -> Non
 
 async def test_saturated_hosts_are_skipped(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
     await backlog(pool, runtime, receiver.url, 3)
-    host = f"127.0.0.1:{receiver.port}"
+    host = f"http://127.0.0.1:{receiver.port}"
     async with pool.acquire() as conn:
         assert (
             await delivery.claim(
@@ -266,6 +266,38 @@ async def test_per_host_cap_keeps_other_hosts_flowing(pool, runtime, receiver) -
             await wait_drained(pool, timeout=60)
         assert set(fast) <= set(receiver.event_ids())
         assert d.counters["delivered"] == 40
+    finally:
+        release.set()
+        await stuck.stop()
+
+
+async def test_per_host_cap_counts_every_spelling_of_one_receiver(pool, runtime) -> None:  # type: ignore[no-untyped-def]
+    stuck = await Receiver().start()
+    release = asyncio.Event()
+
+    async def hang(request: web.Request, rx: Receiver) -> web.StreamResponse:
+        await release.wait()
+        return web.Response(status=204)
+
+    stuck.behaviour = hang
+    spellings = ["127.0.0.1", "[::ffff:127.0.0.1]", "[0:0:0:0:0:ffff:7f00:1]"]
+    try:
+        rt = replace(
+            runtime,
+            settings=replace(runtime.settings, per_host_concurrency=2, concurrency=20),
+        )
+        tenant = None
+        for host in spellings:
+            tenant, _ = await backlog(pool, rt, f"http://{host}:{stuck.port}/hook", 5, tenant)
+        keys = await pool.fetch("SELECT DISTINCT host FROM outbox")
+        assert [k["host"] for k in keys] == [f"http://127.0.0.1:{stuck.port}"]
+        async with running(dispatcher(rt, pool)) as d:
+            await stuck.wait_for(2)
+            await asyncio.sleep(0.5)  # room for a wrongly keyed third connection
+            assert len(stuck.received) == 2
+            release.set()
+            await wait_drained(pool, timeout=30)
+        assert d.counters["delivered"] == 15
     finally:
         release.set()
         await stuck.stop()

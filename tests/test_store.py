@@ -48,15 +48,20 @@ async def test_claim_skips_open_circuits_and_a_probe_takes_its_host(
     await finished_task(conn, 2, "https://b.example/in")
     await conn.execute(
         "INSERT INTO destinations (host, state, consecutive_failures) "
-        "VALUES ('a.example', 'open', 10)"
+        "VALUES ('https://a.example:443', 'open', 10)"
     )
     normal = await delivery.claim(conn, limit=10, lease_s=30.0, owner="x", token=uuid.uuid4())
-    assert [e.host for e in normal] == ["b.example"]
+    assert [e.host for e in normal] == ["https://b.example:443"]
     assert isinstance(normal[0].body, bytes) and normal[0].budget_used == 0
     probe = await delivery.claim(
-        conn, limit=10, lease_s=30.0, owner="x", token=uuid.uuid4(), probe_host="a.example"
+        conn,
+        limit=10,
+        lease_s=30.0,
+        owner="x",
+        token=uuid.uuid4(),
+        probe_host="https://a.example:443",
     )
-    assert [e.host for e in probe] == ["a.example"]
+    assert [e.host for e in probe] == ["https://a.example:443"]
 
 
 async def test_a_due_probe_is_granted_once(conn: asyncpg.Connection) -> None:

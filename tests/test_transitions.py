@@ -40,7 +40,7 @@ async def test_complete_writes_task_and_outbox_row(pool: asyncpg.Pool, task_id: 
     assert len(rows) == 1
     row = rows[0]
     assert row["event_id"] == task.event_id and row["event_type"] == "task.succeeded"
-    assert row["host"] == "127.0.0.1:9"
+    assert row["host"] == "http://127.0.0.1:9"
     body = json.loads(row["body"])
     assert body["type"] == "task.succeeded"
     assert body["data"]["id"] == task_id and body["data"]["result"] == {"answer": 42}
