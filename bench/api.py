@@ -4,32 +4,24 @@
 uvicorn settings run side by side; a load generator process drives each in turn
 over loopback keep-alive connections. Prints req/s, p50 and p99, and the ratio.
 
-    python bench/api.py [--seconds 8] [--concurrency 32]
+    python -m bench api [--seconds 8] [--concurrency 32]
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import httpx
-from common import (
-    ROOT,
-    free_port,
-    fresh_database,
-    master_key,
-    record,
-    server_dsn,
-    service_env,
-    wait_for_port,
-)
 
-BENCH = Path(__file__).resolve().parent
+from .common import fresh_database, record, server_dsn
+from .procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
+
 SUBMIT = {"type": "bench", "callbackUrl": "http://127.0.0.1:9/hook", "input": {"n": 1}}
 
 
@@ -42,10 +34,11 @@ def load(
     body: str | None = None,
     headers: dict[str, str] | None = None,
     paths: str | None = None,
-) -> dict[str, float]:
+) -> dict[str, Any]:
     cmd = [
         sys.executable,
-        str(BENCH / "loadgen.py"),
+        "-m",
+        "bench._loadgen",
         url,
         "--method",
         method,
@@ -60,8 +53,8 @@ def load(
         cmd += ["--header", f"{k}:{v}"]
     if paths:
         cmd += ["--paths", paths]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    result: dict[str, float] = json.loads(out)
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT).stdout
+    result: dict[str, Any] = json.loads(out)
     return result
 
 
@@ -73,8 +66,10 @@ async def main() -> None:
     dsn = await fresh_database(server_dsn())
     api_port, trivial_port = free_port(), free_port()
     env = service_env(dsn, master_key(), host="127.0.0.1", port=api_port)
-    api = subprocess.Popen([sys.executable, "-m", "service.cli", "api"], env=env, cwd=ROOT)
-    trivial = subprocess.Popen([sys.executable, str(BENCH / "trivial_app.py"), str(trivial_port)])
+    api = subprocess.Popen(hookrelay("api"), env=env, cwd=ROOT)
+    trivial = subprocess.Popen(
+        [sys.executable, "-m", "bench._trivial_app", str(trivial_port)], cwd=ROOT
+    )
     try:
         wait_for_port(api_port, api)
         wait_for_port(trivial_port, trivial)
@@ -117,11 +112,11 @@ async def main() -> None:
             proc.terminate()
             proc.wait(30)
     lines = ["| route | req/s | p50 ms | p99 ms | non-2xx | errors |", "|---|---|---|---|---|---|"]
-    for name, r in rows.items():
-        bad = sum(n for s, n in r["statuses"].items() if not str(s).startswith("2"))  # type: ignore[attr-defined]
+    for name, row in rows.items():
+        bad = sum(n for s, n in row["statuses"].items() if not str(s).startswith("2"))
         lines.append(
-            f"| {name} | {r['rps']:,.0f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} "
-            f"| {bad} | {r['errors']:.0f} |"
+            f"| {name} | {row['rps']:,.0f} | {row['p50_ms']:.1f} | {row['p99_ms']:.1f} "
+            f"| {bad} | {row['errors']:.0f} |"
         )
     get_ratio = rows["GET /v1/tasks/{id}"]["rps"] / rows["GET trivial route"]["rps"]
     post_ratio = rows["POST /v1/tasks"]["rps"] / rows["POST trivial route"]["rps"]
@@ -135,10 +130,6 @@ async def main() -> None:
     print(table)
     record(
         "api: requests per second",
-        f"python bench/api.py --seconds {args.seconds:g} --concurrency {args.concurrency}",
+        f"python -m bench api --seconds {args.seconds:g} --concurrency {args.concurrency}",
         table,
     )
-
-
-if __name__ == "__main__":
-    asyncio.run(main())

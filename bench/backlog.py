@@ -5,7 +5,7 @@ and released again so the depth stays put), the drain rate against the rate on
 an otherwise empty table measured in the same run, the dispatcher's peak RSS,
 and the outbox's size full, drained, and after VACUUM (bloat stays bounded).
 
-    python bench/backlog.py [--rows 1000000] [--baseline-rows 50000]
+    python -m bench backlog [--rows 1000000] [--baseline-rows 50000]
 """
 
 from __future__ import annotations
@@ -15,19 +15,9 @@ import asyncio
 import base64
 import time
 import uuid
+from typing import Any
 
 import asyncpg
-from common import (
-    ReceiverProcess,
-    drain,
-    fresh_database,
-    master_key,
-    percentile,
-    record,
-    server_dsn,
-    server_facts,
-    service_env,
-)
 
 from outbox import complete_task
 from outbox.crypto import SecretBox
@@ -35,6 +25,17 @@ from outbox.db import create_pool
 from outbox.store import delivery
 from outbox.tasks import NewTask, create_task
 from outbox.tenants import create_tenant
+
+from .common import (
+    ReceiverProcess,
+    drain,
+    fresh_database,
+    percentile,
+    record,
+    server_dsn,
+    server_facts,
+)
+from .procs import master_key, service_env
 
 # Rows are made in SQL, but shaped exactly like the ones complete_task writes:
 # a succeeded task carrying its event id, and the event's real body.
@@ -114,7 +115,7 @@ async def main() -> None:
     rx = ReceiverProcess()
     key = master_key()
     box = SecretBox(base64.urlsafe_b64decode(key))
-    env_extra = {"concurrency": 200, "per_host_concurrency": 200, "batch_size": 500}
+    env_extra: dict[str, Any] = {"concurrency": 200, "per_host_concurrency": 200, "batch_size": 500}
 
     small = await fresh_database(server)
     await fill(small, box, rx.url, args.baseline_rows)
@@ -157,10 +158,6 @@ async def main() -> None:
     print(table)
     record(
         "backlog: one million due rows",
-        f"python bench/backlog.py --rows {args.rows} --baseline-rows {args.baseline_rows}",
+        f"python -m bench backlog --rows {args.rows} --baseline-rows {args.baseline_rows}",
         table,
     )
-
-
-if __name__ == "__main__":
-    asyncio.run(main())

@@ -3,26 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
 from outbox.db import apply_schema
 
-ROOT = Path(__file__).resolve().parent.parent
+from .procs import ROOT, free_port, hookrelay, peak_rss_mb, wait_for_port
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+# Set by ``python -m bench --record``: only then does record() rewrite the Markdown files.
+RECORDING = False
 
 
 def server_dsn() -> str:
@@ -46,8 +45,7 @@ async def server_facts(dsn: str) -> str:
 
 
 async def fresh_database(server: str) -> str:
-    from urllib.parse import urlsplit, urlunsplit
-
+    """A new database on ``server`` with the schema migrated in; returns its DSN."""
     name = f"hookrelay_bench_{uuid.uuid4().hex[:8]}"
     conn = await asyncpg.connect(server)
     await conn.execute(f'CREATE DATABASE "{name}"')
@@ -60,19 +58,14 @@ async def fresh_database(server: str) -> str:
 
 
 class ReceiverProcess:
-    """bench/receiver.py in its own process; ``args`` are its fault options."""
+    """bench/_receiver.py in its own process; ``args`` are its fault options."""
 
     def __init__(self, *args: str) -> None:
         self.port = free_port()
         self.out = Path(tempfile.mkdtemp()) / "rx.json"
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                str(ROOT / "bench" / "receiver.py"),
-                str(self.port),
-                str(self.out),
-                *args,
-            ]
+            [sys.executable, "-m", "bench._receiver", str(self.port), str(self.out), *args],
+            cwd=ROOT,
         )
         wait_for_port(self.port, self.proc, timeout=10)
 
@@ -80,62 +73,17 @@ class ReceiverProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/hook"
 
-    def stop(self) -> dict[str, object]:
-        import json
-
+    def stop(self) -> dict[str, Any]:
+        """Stop the receiver and return what it saw (see bench/_receiver.py)."""
         self.proc.terminate()
         self.proc.wait(10)
         return dict(json.loads(self.out.read_text()))
 
 
-def master_key() -> str:
-    """A fresh ``HOOKRELAY_MASTER_KEY`` (32 random bytes, urlsafe base64)."""
-    import base64
-    import secrets
-
-    return base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
-
-
-def service_env(dsn: str, key: str, **extra: object) -> dict[str, str]:
-    """The environment a benchmark's hookrelay process runs with: loopback allowed."""
-    env = {
-        **os.environ,
-        "DATABASE_URL": dsn,
-        "HOOKRELAY_MASTER_KEY": key,
-        "HOOKRELAY_ADMIN_TOKEN": "bench",
-        "HOOKRELAY_ALLOW_HTTP": "true",
-        "HOOKRELAY_ALLOW_PRIVATE_CIDRS": "127.0.0.0/8",
-        "HOOKRELAY_LOG_LEVEL": "WARNING",
-    }
-    env.update({f"HOOKRELAY_{k.upper()}": str(v) for k, v in extra.items()})
-    return env
-
-
-def wait_for_port(
-    port: int, proc: subprocess.Popen[bytes] | None = None, timeout: float = 30.0
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"process exited with {proc.returncode} before listening")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listening on port {port}")
-
-
-def peak_rss_mb(pid: int) -> float:
-    """The process's high-water resident set (VmHWM), in MB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def start_dispatcher(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """``hookrelay dispatch`` with ``env``, its logs discarded."""
     return subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "dispatch"],
+        hookrelay("dispatch"),
         env=env,
         cwd=ROOT,
         stderr=subprocess.DEVNULL,
@@ -194,7 +142,14 @@ RELIABILITY_HEADER = (
 def record(
     section: str, command: str, table: str, *, file: str = "BENCHMARKS.md", header: str = HEADER
 ) -> None:
-    """Replace ``section`` in ``file`` (BENCHMARKS.md) with the command and its table."""
+    """Replace ``section`` in ``file`` (BENCHMARKS.md) with the command and its table.
+
+    Only under ``python -m bench ... --record``: a run to try something out leaves the
+    recorded figures alone.
+    """
+    if not RECORDING:
+        print(f"(not recorded in {file}: pass --record to write it)")
+        return
     path = ROOT / file
     text = path.read_text() if path.exists() else header
     marker = f"<!-- {section} -->"
@@ -206,7 +161,3 @@ def record(
     else:
         text = text.rstrip() + "\n\n" + block
     path.write_text(text)
-
-
-def run(coro: object) -> None:
-    asyncio.run(coro)  # type: ignore[arg-type]

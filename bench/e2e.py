@@ -3,7 +3,7 @@
 The limit is measured in the same run: a bare aiohttp client loop POSTing the same
 bodies to the same receiver with no database. Prints ``ratio = delivered/s / limit/s``.
 
-    python bench/e2e.py [--events N] [--concurrency C]
+    python -m bench e2e [--events N] [--concurrency C]
 """
 
 from __future__ import annotations
@@ -14,21 +14,15 @@ import base64
 import time
 
 import aiohttp
-from common import (
-    ReceiverProcess,
-    drain,
-    fresh_database,
-    master_key,
-    record,
-    server_dsn,
-    service_env,
-)
 
 from outbox import complete_task
 from outbox.crypto import SecretBox
 from outbox.db import create_pool
 from outbox.tasks import NewTask, create_task
 from outbox.tenants import create_tenant
+
+from .common import ReceiverProcess, drain, fresh_database, record, server_dsn
+from .procs import master_key, service_env
 
 
 async def bare_client_limit(url: str, body: bytes, n: int, concurrency: int) -> float:
@@ -96,8 +90,4 @@ async def main() -> None:
         f"| requests received (dispatcher + limit loop) | {stats['count']} |\n"
     )
     print(table)
-    record("e2e: sustained delivery", f"python bench/e2e.py --events {args.events}", table)
-
-
-if __name__ == "__main__":
-    asyncio.run(main())
+    record("e2e: sustained delivery", f"python -m bench e2e --events {args.events}", table)

@@ -5,7 +5,7 @@ transaction at ``--rate`` events/s. The receiver stamps arrival against the even
 commit timestamp. The baseline, measured in the same run, is a bare aiohttp POST to
 the same receiver at the same rate: the floor any dispatcher adds to.
 
-    python bench/latency.py [--rate 200] [--seconds 10]
+    python -m bench latency [--rate 200] [--seconds 10]
 """
 
 from __future__ import annotations
@@ -14,26 +14,18 @@ import argparse
 import asyncio
 import base64
 import subprocess
-import sys
 import time
 
 import aiohttp
-from common import (
-    ROOT,
-    ReceiverProcess,
-    fresh_database,
-    master_key,
-    percentile,
-    record,
-    server_dsn,
-    service_env,
-)
 
 from outbox import complete_task
 from outbox.crypto import SecretBox
 from outbox.db import create_pool
 from outbox.tasks import NewTask, create_task
 from outbox.tenants import create_tenant
+
+from .common import ReceiverProcess, fresh_database, percentile, record, server_dsn
+from .procs import ROOT, hookrelay, master_key, service_env
 
 
 async def bare_latency(url: str, rate: float, seconds: float) -> list[float]:
@@ -73,7 +65,7 @@ async def main() -> None:
         ]
     env = service_env(dsn, key)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "dispatch"],
+        hookrelay("dispatch"),
         env=env,
         cwd=ROOT,
         stderr=subprocess.DEVNULL,
@@ -94,7 +86,7 @@ async def main() -> None:
         await pool.close()
     baseline = await bare_latency(rx.url, args.rate, min(args.seconds, 5))
     stats = rx.stop()
-    lat = list(stats["latencies_ms"])  # type: ignore[call-overload]
+    lat = list(stats["latencies_ms"])
     rows = [("commit→receipt", lat), ("bare aiohttp POST (baseline)", baseline)]
     table = (
         f"offered load: {offered:,.0f} events/s for {args.seconds:g} s ({n} events)\n\n"
@@ -112,10 +104,6 @@ async def main() -> None:
     print(table)
     record(
         "latency: steady load",
-        f"python bench/latency.py --rate {args.rate:g} --seconds {args.seconds:g}",
+        f"python -m bench latency --rate {args.rate:g} --seconds {args.seconds:g}",
         table,
     )
-
-
-if __name__ == "__main__":
-    asyncio.run(main())

@@ -4,37 +4,29 @@ Each configuration gets a fresh database with the same backlog and a fresh recei
 The proof of "no double attempt": the receiver saw exactly one request per event,
 every event has exactly one attempt row, and the processes' own counters add up.
 
-    python bench/scale.py [--events 20000] [--processes 1,2,4]
+    python -m bench scale [--events 20000] [--processes 1,2,4]
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import base64
 import json
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import asyncpg
-from backlog import fill
-from common import (
-    ROOT,
-    ReceiverProcess,
-    fresh_database,
-    master_key,
-    record,
-    seconds_to_drain,
-    server_dsn,
-    service_env,
-)
 
 from outbox.crypto import SecretBox
 
+from .backlog import fill
+from .common import ReceiverProcess, fresh_database, record, seconds_to_drain, server_dsn
+from .procs import ROOT, hookrelay, master_key, service_env
 
-async def run(server: str, key: str, events: int, processes: int) -> dict[str, object]:
+
+async def run(server: str, key: str, events: int, processes: int) -> dict[str, Any]:
     dsn = await fresh_database(server)
     rx = ReceiverProcess()
     await fill(dsn, SecretBox(base64.urlsafe_b64decode(key)), rx.url, events)
@@ -45,7 +37,7 @@ async def run(server: str, key: str, events: int, processes: int) -> dict[str, o
     conn = await asyncpg.connect(dsn)
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "dispatch"],
+            hookrelay("dispatch"),
             env=env,
             cwd=ROOT,
             stderr=log.open("wb"),
@@ -90,7 +82,7 @@ async def main() -> None:
     args = p.parse_args()
     server, key = server_dsn(), master_key()
     results = [await run(server, key, args.events, int(n)) for n in args.processes.split(",")]
-    base = float(results[0]["rate"])  # type: ignore[arg-type]
+    base = float(results[0]["rate"])
     lines = [
         "| dispatchers | delivered/s | vs one | delivered by each | requests received "
         "| distinct events | attempt rows | highest attempt number |",
@@ -98,8 +90,8 @@ async def main() -> None:
     ]
     clean = True
     for r in results:
-        rate = float(r["rate"])  # type: ignore[arg-type]
-        each = " + ".join(f"{n:,}" for n in r["per_process"])  # type: ignore[attr-defined]
+        rate = float(r["rate"])
+        each = " + ".join(f"{n:,}" for n in r["per_process"])
         lines.append(
             f"| {r['processes']} | {rate:,.0f} | {rate / base:.2f} | {each} | {r['received']:,} "
             f"| {r['unique']:,} | {r['attempt_rows']:,} | {r['max_number']} |"
@@ -108,18 +100,14 @@ async def main() -> None:
             r["received"] == r["unique"] == r["attempt_rows"] == args.events
             and r["max_number"] == 1
             and sum(r["per_process"]) == args.events
-        )  # type: ignore[call-overload]
+        )
     lines += ["", f"no event attempted twice in any configuration: {'yes' if clean else 'NO'}", ""]
     table = "\n".join(lines)
     print(table)
     record(
         "scale: dispatcher processes",
-        f"python bench/scale.py --events {args.events} --processes {args.processes}",
+        f"python -m bench scale --events {args.events} --processes {args.processes}",
         table,
     )
     if not clean:
         raise SystemExit(1)
-
-
-if __name__ == "__main__":
-    asyncio.run(main())

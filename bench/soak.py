@@ -6,7 +6,7 @@ The receiver answers 500 to 30 % of requests at random and hangs on some past th
 HTTP timeout. At the end: delivered, dead-lettered, lost (must be 0), duplicates,
 the highest attempt number and the outbox's final size, into RELIABILITY.md.
 
-    python bench/soak.py [--events 100000] [--fail-rate 0.3] [--kill-every 4]
+    python -m bench soak [--events 100000] [--fail-rate 0.3] [--kill-every 4]
 """
 
 from __future__ import annotations
@@ -19,24 +19,24 @@ import signal
 import time
 
 import asyncpg
-from common import (
-    RELIABILITY_HEADER,
-    ReceiverProcess,
-    fresh_database,
-    master_key,
-    outbox_empty,
-    record,
-    server_dsn,
-    server_facts,
-    service_env,
-    start_dispatcher,
-)
 
 from outbox import complete_task
 from outbox.crypto import SecretBox
 from outbox.db import create_pool
 from outbox.tasks import NewTask, create_task
 from outbox.tenants import create_tenant
+
+from .common import (
+    RELIABILITY_HEADER,
+    ReceiverProcess,
+    fresh_database,
+    outbox_empty,
+    record,
+    server_dsn,
+    server_facts,
+    start_dispatcher,
+)
+from .procs import master_key, service_env
 
 
 async def produce(dsn: str, box: SecretBox, url: str, n: int, batch: int) -> list[str]:
@@ -135,7 +135,7 @@ async def main() -> None:
         await conn.close()
     stats = rx.stop()
     facts = await server_facts(dsn)
-    answered: dict[str, int] = stats["answered_2xx"]  # type: ignore[assignment]
+    answered: dict[str, int] = stats["answered_2xx"]
     delivered = set(answered) & set(events)
     lost = set(events) - delivered - dead
     duplicates = sum(n - 1 for n in answered.values())
@@ -166,7 +166,7 @@ async def main() -> None:
     print(table)
     record(
         "soak",
-        f"python bench/soak.py --events {args.events} --fail-rate {args.fail_rate} "
+        f"python -m bench soak --events {args.events} --fail-rate {args.fail_rate} "
         f"--kill-every {args.kill_every:g}",
         table,
         file="RELIABILITY.md",
@@ -174,7 +174,3 @@ async def main() -> None:
     )
     if lost or outbox_left or twice or duplicates > leased_at_kills:
         raise SystemExit(1)
-
-
-if __name__ == "__main__":
-    asyncio.run(main())

@@ -5,7 +5,7 @@ while it lasts: deleted rows pile up in the heap and in the due-index, and each
 claim has to step over them. This measures the drain rate and the dead tuples
 left in both cases, in one run, and what VACUUM recovers once the session ends.
 
-    python bench/vacuum.py [--rows 100000]
+    python -m bench vacuum [--rows 100000]
 """
 
 from __future__ import annotations
@@ -13,26 +13,27 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+from typing import Any
 
 import asyncpg
-from backlog import SIZES, claim_latency, fill, mb
-from common import (
+
+from outbox.crypto import SecretBox
+
+from .backlog import SIZES, claim_latency, fill, mb
+from .common import (
     RELIABILITY_HEADER,
     ReceiverProcess,
     drain,
     fresh_database,
-    master_key,
     percentile,
     record,
     server_dsn,
     server_facts,
-    service_env,
 )
+from .procs import master_key, service_env
 
-from outbox.crypto import SecretBox
 
-
-async def one(server: str, key: str, url: str, rows: int, pinned: bool) -> dict[str, object]:
+async def one(server: str, key: str, url: str, rows: int, pinned: bool) -> dict[str, Any]:
     dsn = await fresh_database(server)
     await fill(dsn, SecretBox(base64.urlsafe_b64decode(key)), url, rows)
     blocker = await asyncpg.connect(dsn)
@@ -80,22 +81,18 @@ async def main() -> None:
     for name, r in runs:
         a, v = r["after"], r["vacuumed"]
         lines.append(
-            f"| {name} | {r['rate']:,.0f} | {r['claim_p99']:.1f} ms | {a['dead']:,} "  # type: ignore[index]
-            f"| {mb(a['heap'])} / {mb(a['indexes'])} "  # type: ignore[index]
+            f"| {name} | {r['rate']:,.0f} | {r['claim_p99']:.1f} ms | {a['dead']:,} "
+            f"| {mb(a['heap'])} / {mb(a['indexes'])} "
             f"| {mb(v['heap'])} / {mb(v['indexes'])}, {v['dead']:,} dead |"
-        )  # type: ignore[index]
-    ratio = float(held["rate"]) / float(free["rate"])  # type: ignore[arg-type]
+        )
+    ratio = float(held["rate"]) / float(free["rate"])
     lines += ["", f"ratio pinned / free = {ratio:.2f}; database: {await server_facts(server)}", ""]
     table = "\n".join(lines)
     print(table)
     record(
         "vacuum blocked by an idle transaction",
-        f"python bench/vacuum.py --rows {args.rows}",
+        f"python -m bench vacuum --rows {args.rows}",
         table,
         file="RELIABILITY.md",
         header=RELIABILITY_HEADER,
     )
-
-
-if __name__ == "__main__":
-    asyncio.run(main())

@@ -1,6 +1,6 @@
 """Benchmark receiver: records arrival minus the event's commit timestamp, answers 204.
 
-    python bench/receiver.py PORT OUT [--fail-rate F] [--hang-rate H] [--hang-s S] [--seed N]
+    python -m bench._receiver PORT OUT [--fail-rate F] [--hang-rate H] [--hang-s S] [--seed N]
 
 With ``--fail-rate`` it answers 500 to that share of requests at random; with
 ``--hang-rate`` it holds that share open for ``--hang-s`` seconds before answering.

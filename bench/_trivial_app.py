@@ -1,6 +1,6 @@
 """The API benchmark's baseline: one trivial Starlette route, served the way hookrelay serves.
 
-python bench/trivial_app.py PORT
+python -m bench._trivial_app PORT
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Closed-loop HTTP load generator, run as its own process so it never shares a core's loop.
 
-    python bench/loadgen.py URL --method GET|POST [--body JSON] [--header K:V]
-                            [--paths FILE] [--concurrency C] [--seconds S]
+    python -m bench._loadgen URL --method GET|POST [--body JSON] [--header K:V]
+                             [--paths FILE] [--concurrency C] [--seconds S]
 
 ``--paths`` gives one path per line, cycled through (e.g. one task id each). Prints
 one JSON object: requests, errors, status counts, req/s, p50/p99 latency in ms.

@@ -1,0 +1,78 @@
+"""hookrelay and its helpers as child processes: ports, the environment, the command line.
+
+Shared by the benchmarks and by the tests that run hookrelay as a real process, so both
+start it the same way. Everything here is synchronous; the tests wrap it for asyncio.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def master_key() -> str:
+    """A fresh ``HOOKRELAY_MASTER_KEY`` (32 random bytes, urlsafe base64)."""
+    return base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
+
+
+def hookrelay(command: str, *args: str) -> list[str]:
+    """The argv of ``hookrelay <command>`` run from this checkout, with this interpreter."""
+    return [sys.executable, "-m", "service.cli", command, *args]
+
+
+def service_env(
+    dsn: str, key: str, *, admin_token: str = "bench", **extra: object
+) -> dict[str, str]:
+    """The environment a hookrelay child runs with: loopback callbacks allowed, quiet logs.
+
+    ``extra`` are settings by their lower-case name (``lease_s=2`` sets HOOKRELAY_LEASE_S).
+    """
+    env = {
+        **os.environ,
+        "DATABASE_URL": dsn,
+        "HOOKRELAY_MASTER_KEY": key,
+        "HOOKRELAY_ADMIN_TOKEN": admin_token,
+        "HOOKRELAY_ALLOW_HTTP": "true",
+        "HOOKRELAY_ALLOW_PRIVATE_CIDRS": "127.0.0.0/8",
+        "HOOKRELAY_LOG_LEVEL": "WARNING",
+    }
+    env.update({f"HOOKRELAY_{k.upper()}": str(v) for k, v in extra.items()})
+    return env
+
+
+def wait_for_port(
+    port: int, proc: subprocess.Popen[bytes] | None = None, timeout: float = 30.0
+) -> None:
+    """Return once something accepts on ``port``; fail early if ``proc`` exits first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before listening")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listening on port {port}")
+
+
+def peak_rss_mb(pid: int) -> float:
+    """The process's high-water resident set (VmHWM), in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
