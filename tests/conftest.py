@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import httpx
@@ -32,14 +31,16 @@ from service.runtime import Runtime
 from service.settings import Settings
 
 from .receiver import Receiver
-
-ROOT = Path(__file__).resolve().parent.parent
-ADMIN_TOKEN = "test-admin-" + secrets.token_hex(8)
-
-
-def with_database(dsn: str, name: str) -> str:
-    parts = urlsplit(dsn)
-    return urlunsplit(parts._replace(path="/" + name))
+from .support import (
+    ADMIN,
+    ADMIN_TOKEN,
+    ROOT,
+    dispatcher_env,
+    free_port,
+    start,
+    wait_for_port,
+    with_database,
+)
 
 
 @pytest.fixture(scope="session")
@@ -160,13 +161,6 @@ async def receiver() -> AsyncIterator[Receiver]:
     await rx.stop()
 
 
-ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
-
-
 @pytest.fixture
 async def tenant(client: httpx.AsyncClient) -> dict[str, Any]:
     r = await client.post("/v1/admin/tenants", json={"name": "acme"}, headers=ADMIN)
@@ -182,12 +176,8 @@ async def other_tenant(client: httpx.AsyncClient) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def live_api(runtime, dsn):  # type: ignore[no-untyped-def]
+async def live_api(runtime: Runtime, dsn: str) -> AsyncIterator[tuple[str, str]]:
     """``hookrelay api`` in its own process on a free port, with a tenant; yields (url, key)."""
-    import httpx
-
-    from .processes import dispatcher_env, free_port, start, wait_for_port
-
     port = free_port()
     proc = await start("api", dispatcher_env(runtime, dsn, port=str(port), host="127.0.0.1"))
     try:

@@ -8,7 +8,8 @@ import httpx
 import pytest
 
 from service.auth import KeyCache
-from tests.conftest import bearer
+
+from .support import bearer
 
 pytestmark = pytest.mark.anyio
 
@@ -74,7 +75,7 @@ ANYONE = ["/healthz", "/readyz", "/metrics", "/openapi.json"]
 
 
 def _credentials(tenant: dict[str, Any], other: dict[str, Any]) -> dict[str, dict[str, str]]:
-    from tests.conftest import ADMIN
+    from .support import ADMIN
 
     return {
         "none": {},

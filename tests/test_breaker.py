@@ -10,14 +10,13 @@ from aiohttp import web
 
 from outbox.dispatcher import running
 
-from .conftest import ADMIN, bearer
-from .dispatching import backlog, dispatcher, wait_drained
 from .receiver import Receiver
+from .support import ADMIN, backlog, bearer, dispatcher, eventually, wait_drained
 
 pytestmark = pytest.mark.anyio
 
 
-async def test_open_circuit_holds_then_probe_recloses(client, pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+async def test_open_circuit_holds_then_probe_recloses(client, pool, runtime, receiver) -> None:
     bad = await Receiver().start()
     healthy = {"ok": False}
 
@@ -42,12 +41,12 @@ async def test_open_circuit_holds_then_probe_recloses(client, pool, runtime, rec
         _, fine = await backlog(pool, rt, receiver.url, 10, tenant)
         async with running(dispatcher(rt, pool)) as d:
             await receiver.wait_for(10)
-            for _ in range(100):
+
+            async def tripped() -> bool:
                 state = await pool.fetchval("SELECT state FROM destinations WHERE host=$1", host)
-                if state in ("open", "half-open"):
-                    break
-                await asyncio.sleep(0.02)
-            assert state in ("open", "half-open")
+                return state in ("open", "half-open")
+
+            await eventually(tripped)
             sent_when_opened = len(bad.received)
             await asyncio.sleep(1.2)  # about two probe intervals
             probes = len(bad.received) - sent_when_opened
@@ -73,7 +72,7 @@ async def test_open_circuit_holds_then_probe_recloses(client, pool, runtime, rec
         await bad.stop()
 
 
-async def test_destinations_route_needs_admin(client, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_destinations_route_needs_admin(client, tenant) -> None:
     assert (await client.get("/v1/admin/destinations")).status_code == 401
     r = await client.get("/v1/admin/destinations", headers=bearer(tenant["apiKey"]))
     assert r.status_code == 403

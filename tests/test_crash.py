@@ -10,15 +10,15 @@ from collections import Counter
 import pytest
 from aiohttp import web
 
-from .dispatching import backlog, wait_drained
-from .processes import dispatcher_env, start_dispatcher
 from .receiver import Receiver
+from .support import backlog, dispatcher_env, start_dispatcher, wait_drained
 
-pytestmark = pytest.mark.anyio
+# Each test kills or restarts processes and waits for them: seconds each.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 EVENTS = 500
 
 
-async def test_kill_9_mid_batch_loses_nothing(pool, runtime, dsn) -> None:  # type: ignore[no-untyped-def]
+async def test_kill_9_mid_batch_loses_nothing(pool, runtime, dsn) -> None:
     async def slow(request: web.Request, rx: Receiver) -> web.StreamResponse:
         await asyncio.sleep(0.05)
         return web.Response(status=204)
@@ -61,7 +61,7 @@ async def test_kill_9_mid_batch_loses_nothing(pool, runtime, dsn) -> None:  # ty
     assert dupes == 0
 
 
-async def test_sigterm_exits_cleanly_and_releases(pool, runtime, dsn) -> None:  # type: ignore[no-untyped-def]
+async def test_sigterm_exits_cleanly_and_releases(pool, runtime, dsn) -> None:
     release = asyncio.Event()
 
     async def hang(request: web.Request, rx: Receiver) -> web.StreamResponse:
@@ -85,7 +85,7 @@ async def test_sigterm_exits_cleanly_and_releases(pool, runtime, dsn) -> None:  
     assert await pool.fetchval("SELECT count(*) FROM outbox WHERE lease_token IS NOT NULL") == 0
 
 
-async def test_random_kills_over_many_rounds_lose_nothing(pool, runtime, dsn) -> None:  # type: ignore[no-untyped-def]
+async def test_random_kills_over_many_rounds_lose_nothing(pool, runtime, dsn) -> None:
     """kill -9 at random moments (claiming, mid-POST, writing outcomes), round after round."""
     import random
 

@@ -9,17 +9,17 @@ from aiohttp import web
 
 from outbox.deadletters import DeadLetterFilter, replay_batch
 from outbox.dispatcher import running
+from outbox.models import EventId
 from outbox.tenants import create_tenant
 
-from .conftest import ADMIN, bearer
-from .dispatching import backlog, dispatcher, wait_drained
 from .receiver import Receiver
+from .support import ADMIN, backlog, bearer, dispatcher, wait_drained
 
 pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-async def receiver():  # type: ignore[no-untyped-def]
+async def receiver():
     healthy = {"ok": False}
 
     async def endpoint(request: web.Request, rx: Receiver) -> web.StreamResponse:
@@ -32,7 +32,7 @@ async def receiver():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-async def dead(pool, runtime, receiver):  # type: ignore[no-untyped-def]
+async def dead(pool, runtime, receiver):
     """Three dead events of tenant A, two of tenant B."""
     a, a_events = await backlog(pool, runtime, receiver.url, 3)
     async with pool.acquire() as conn:
@@ -44,7 +44,7 @@ async def dead(pool, runtime, receiver):  # type: ignore[no-untyped-def]
     return {"a": (a, a_events), "b": (b, b_events)}
 
 
-async def test_list_filter_and_paginate(client, dead) -> None:  # type: ignore[no-untyped-def]
+async def test_list_filter_and_paginate(client, dead) -> None:
     a, a_events = dead["a"]
     r = await client.get("/v1/admin/dead-letters", headers=ADMIN)
     assert r.status_code == 200 and len(r.json()["data"]) == 5
@@ -72,7 +72,7 @@ async def test_list_filter_and_paginate(client, dead) -> None:  # type: ignore[n
     assert first["lastStatusCode"] == 503 and first["attempts"] == 3
 
 
-async def test_show_with_history(client, dead) -> None:  # type: ignore[no-untyped-def]
+async def test_show_with_history(client, dead) -> None:
     _, [event_id, *_] = dead["a"]
     r = await client.get(f"/v1/admin/dead-letters/{event_id}", headers=ADMIN)
     body = r.json()
@@ -81,7 +81,7 @@ async def test_show_with_history(client, dead) -> None:  # type: ignore[no-untyp
     assert (await client.get("/v1/admin/dead-letters/evt_nope", headers=ADMIN)).status_code == 404
 
 
-async def test_replay_after_recovery_delivers_original_event_id(  # type: ignore[no-untyped-def]
+async def test_replay_after_recovery_delivers_original_event_id(
     client, dead, pool, runtime, receiver
 ) -> None:
     a, [event_id, *_] = dead["a"]
@@ -108,10 +108,10 @@ async def test_replay_after_recovery_delivers_original_event_id(  # type: ignore
     assert event_id not in {d["eventId"] for d in listed}
 
 
-async def test_concurrent_replays_create_one_outbox_row(pool, dead) -> None:  # type: ignore[no-untyped-def]
+async def test_concurrent_replays_create_one_outbox_row(pool, dead) -> None:
     _, [event_id, *_] = dead["a"]
 
-    async def replay() -> list[str]:
+    async def replay() -> list[EventId]:
         async with pool.acquire() as conn:
             return await replay_batch(conn, DeadLetterFilter(event_id=event_id), by="x")
 
@@ -120,7 +120,7 @@ async def test_concurrent_replays_create_one_outbox_row(pool, dead) -> None:  # 
     assert await pool.fetchval("SELECT count(*) FROM outbox WHERE event_id=$1", event_id) == 1
 
 
-async def test_bulk_replay_touches_only_matching(client, dead, pool) -> None:  # type: ignore[no-untyped-def]
+async def test_bulk_replay_touches_only_matching(client, dead, pool) -> None:
     b, b_events = dead["b"]
     r = await client.post("/v1/admin/dead-letters/replay", json={"tenant": b.id}, headers=ADMIN)
     assert r.status_code == 202 and r.json() == {"replayed": 2}
@@ -132,7 +132,7 @@ async def test_bulk_replay_touches_only_matching(client, dead, pool) -> None:  #
     assert r.status_code == 422
 
 
-async def test_dead_letter_routes_need_admin(client, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_dead_letter_routes_need_admin(client, tenant) -> None:
     for method, path in [
         ("GET", "/v1/admin/dead-letters"),
         ("GET", "/v1/admin/dead-letters/e"),

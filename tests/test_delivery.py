@@ -14,6 +14,7 @@ import respx
 
 from outbox.delivery import AttemptLimits, ClaimedEvent, attempt
 from outbox.http import HttpxSender
+from outbox.models import EventId, TaskId, TenantId
 from outbox.retry import RetryPolicy
 from outbox.signing import Signer
 from outbox.ssrf import AddressPolicy
@@ -28,9 +29,9 @@ OPEN = AddressPolicy()
 def event(budget_used: int = 0, url: str = URL) -> ClaimedEvent:
     return ClaimedEvent(
         id=1,
-        event_id="evt_abc",
-        tenant_id="ten_x",
-        task_id="task_x",
+        event_id=EventId("evt_abc"),
+        tenant_id=TenantId("ten_x"),
+        task_id=TaskId("task_x"),
         event_type="task.succeeded",
         callback_url=url,
         host="hooks.example.com",
@@ -49,7 +50,7 @@ async def run(
     ev: ClaimedEvent | None = None,
     limits: AttemptLimits = DEFAULT_LIMITS,
     addresses: AddressPolicy = OPEN,
-):  # type: ignore[no-untyped-def]
+):
     sender = HttpxSender(httpx.AsyncClient())
     try:
         return await attempt(sender, ev or event(), Signer([SECRET]), POLICY, addresses, limits)

@@ -17,12 +17,13 @@ from aiohttp import web
 
 from outbox.db import create_pool
 from outbox.dispatcher import running
-from outbox.signing import SignatureError, verify
+from outbox.errors import SignatureError
+from outbox.signing import verify
 from outbox.store import delivery
 from outbox.tenants import rotate_secret
 
-from .dispatching import backlog, dispatcher, wait_drained
 from .receiver import Receiver
+from .support import backlog, dispatcher, eventually, wait_drained
 
 pytestmark = pytest.mark.anyio
 
@@ -33,7 +34,7 @@ def expected_signature(secret: str, headers: dict[str, str], body: bytes) -> str
     return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
 
 
-async def test_delivers_signed_webhook(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+async def test_delivers_signed_webhook(pool, runtime, receiver) -> None:
     tenant, [event_id] = await backlog(pool, runtime, receiver.url, 1)
     async with running(dispatcher(runtime, pool)):
         await receiver.wait_for(1)
@@ -55,7 +56,7 @@ async def test_delivers_signed_webhook(pool, runtime, receiver) -> None:  # type
     assert [(r["number"], r["outcome"], r["status_code"]) for r in log] == [(1, "delivered", 204)]
 
 
-async def test_retries_then_delivers(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+async def test_retries_then_delivers(pool, runtime, receiver) -> None:
     async def flaky(request: web.Request, rx: Receiver) -> web.StreamResponse:
         return web.Response(status=500 if len(rx.received) <= 2 else 200, text="nope")
 
@@ -79,7 +80,7 @@ async def test_retries_then_delivers(pool, runtime, receiver) -> None:  # type: 
     assert log[0]["response_prefix"] == "nope"
 
 
-async def test_exhausted_goes_to_dead_letters(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+async def test_exhausted_goes_to_dead_letters(pool, runtime, receiver) -> None:
     async def broken(request: web.Request, rx: Receiver) -> web.StreamResponse:
         return web.Response(status=502)
 
@@ -96,7 +97,7 @@ async def test_exhausted_goes_to_dead_letters(pool, runtime, receiver) -> None: 
     assert len(receiver.received) == 3
 
 
-async def test_410_is_dead_after_one_attempt(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+async def test_410_is_dead_after_one_attempt(pool, runtime, receiver) -> None:
     async def gone(request: web.Request, rx: Receiver) -> web.StreamResponse:
         return web.Response(status=410)
 
@@ -108,7 +109,7 @@ async def test_410_is_dead_after_one_attempt(pool, runtime, receiver) -> None:  
     assert await pool.fetchval("SELECT attempts FROM dead_letters WHERE event_id=$1", event_id) == 1
 
 
-async def test_slow_drip_is_cut_at_total_deadline(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+async def test_slow_drip_is_cut_at_total_deadline(pool, runtime, receiver) -> None:
     async def drip(request: web.Request, rx: Receiver) -> web.StreamResponse:
         resp = web.StreamResponse(status=200)
         await resp.prepare(request)
@@ -128,7 +129,7 @@ async def test_slow_drip_is_cut_at_total_deadline(pool, runtime, receiver) -> No
     assert "timed out after 1.5s" in row["error"] and 1400 < row["duration_ms"] < 3000
 
 
-async def test_endless_body_is_cut_at_cap(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+async def test_endless_body_is_cut_at_cap(pool, runtime, receiver) -> None:
     async def endless(request: web.Request, rx: Receiver) -> web.StreamResponse:
         resp = web.StreamResponse(status=200)
         await resp.prepare(request)
@@ -149,7 +150,7 @@ async def test_endless_body_is_cut_at_cap(pool, runtime, receiver) -> None:  # t
     assert row["duration_ms"] < 2000
 
 
-async def test_private_destination_dead_letters_unless_allowlisted(pool, runtime, receiver):  # type: ignore[no-untyped-def]
+async def test_private_destination_dead_letters_unless_allowlisted(pool, runtime, receiver):
     _, events = await backlog(pool, runtime, receiver.url, 1)
     localhost_url = receiver.url.replace("127.0.0.1", "localhost")
     _, more = await backlog(pool, runtime, localhost_url, 1)
@@ -163,7 +164,7 @@ async def test_private_destination_dead_letters_unless_allowlisted(pool, runtime
         assert r["attempts"] == 1 and "refused" in r["last_error"]
 
 
-async def test_stale_lease_holder_cannot_record(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+async def test_stale_lease_holder_cannot_record(pool, runtime, receiver) -> None:
     """Dispatcher A's lease expires, B takes the row over; A's late outcome is dropped."""
     _, [event_id] = await backlog(pool, runtime, receiver.url, 1)
     token_a, token_b = uuid.uuid4(), uuid.uuid4()
@@ -189,7 +190,7 @@ async def test_stale_lease_holder_cannot_record(pool, runtime, receiver) -> None
         assert await conn.fetchval("SELECT count(*) FROM outbox") == 0
 
 
-async def test_leased_rows_are_not_claimed_twice(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+async def test_leased_rows_are_not_claimed_twice(pool, runtime, receiver) -> None:
     await backlog(pool, runtime, receiver.url, 5)
     async with pool.acquire() as conn:
         a = await delivery.claim(conn, limit=3, lease_s=30.0, owner="a", token=uuid.uuid4())
@@ -201,7 +202,7 @@ async def test_leased_rows_are_not_claimed_twice(pool, runtime, receiver) -> Non
         )
 
 
-async def test_saturated_hosts_are_skipped(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+async def test_saturated_hosts_are_skipped(pool, runtime, receiver) -> None:
     await backlog(pool, runtime, receiver.url, 3)
     host = f"http://127.0.0.1:{receiver.port}"
     async with pool.acquire() as conn:
@@ -221,7 +222,7 @@ async def test_saturated_hosts_are_skipped(pool, runtime, receiver) -> None:  # 
         )
 
 
-async def test_two_dispatchers_share_a_backlog(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+async def test_two_dispatchers_share_a_backlog(pool, runtime, receiver) -> None:
     _, events = await backlog(pool, runtime, receiver.url, 300)
     one, two = dispatcher(runtime, pool), dispatcher(runtime, pool)
     async with running(one), running(two):
@@ -237,7 +238,7 @@ async def test_two_dispatchers_share_a_backlog(pool, runtime, receiver) -> None:
     assert await pool.fetchval("SELECT count(*) FROM delivery_attempts") == 300
 
 
-async def test_per_host_cap_keeps_other_hosts_flowing(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+async def test_per_host_cap_keeps_other_hosts_flowing(pool, runtime, receiver) -> None:
     stuck = await Receiver().start()
     release = asyncio.Event()
 
@@ -271,7 +272,7 @@ async def test_per_host_cap_keeps_other_hosts_flowing(pool, runtime, receiver) -
         await stuck.stop()
 
 
-async def test_per_host_cap_counts_every_spelling_of_one_receiver(pool, runtime) -> None:  # type: ignore[no-untyped-def]
+async def test_per_host_cap_counts_every_spelling_of_one_receiver(pool, runtime) -> None:
     stuck = await Receiver().start()
     release = asyncio.Event()
 
@@ -303,7 +304,7 @@ async def test_per_host_cap_counts_every_spelling_of_one_receiver(pool, runtime)
         await stuck.stop()
 
 
-async def test_shutdown_releases_nothing_leased(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+async def test_shutdown_releases_nothing_leased(pool, runtime, receiver) -> None:
     async def slow(request: web.Request, rx: Receiver) -> web.StreamResponse:
         await asyncio.sleep(0.3)
         return web.Response(status=204)
@@ -320,7 +321,7 @@ async def test_shutdown_releases_nothing_leased(pool, runtime, receiver) -> None
     assert delivered == d.counters["delivered"] > 0
 
 
-async def test_rotation_signs_with_both_then_only_new(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+async def test_rotation_signs_with_both_then_only_new(pool, runtime, receiver) -> None:
     rt = replace(runtime, settings=replace(runtime.settings, secret_overlap_s=1.5))
     tenant, _ = await backlog(pool, rt, receiver.url, 0)
     async with pool.acquire() as conn:
@@ -341,7 +342,8 @@ async def test_rotation_signs_with_both_then_only_new(pool, runtime, receiver) -
         verify([tenant.signing_secret], after.headers, after.body)
 
 
-async def test_survives_its_connections_being_killed(pool, runtime, receiver, dsn) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.slow
+async def test_survives_its_connections_being_killed(pool, runtime, receiver, dsn) -> None:
     async def slow(request: web.Request, rx: Receiver) -> web.StreamResponse:
         await asyncio.sleep(0.02)
         return web.Response(status=204)
@@ -361,10 +363,7 @@ async def test_survives_its_connections_being_killed(pool, runtime, receiver, ds
             for _ in range(5):
                 await asyncio.sleep(0.15)
                 killed += await killer.fetchval(kill_all)
-            for _ in range(600):
-                if not await killer.fetchval("SELECT count(*) FROM outbox"):
-                    break
-                await asyncio.sleep(0.05)
+            await eventually(lambda: killer.fetchval("SELECT count(*) = 0 FROM outbox"), 30)
         assert killed >= 5
         assert await killer.fetchval("SELECT count(*) FROM outbox") == 0
         leased = "SELECT count(*) FROM outbox WHERE lease_token IS NOT NULL"

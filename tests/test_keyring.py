@@ -5,16 +5,17 @@ from __future__ import annotations
 import pytest
 
 from outbox.dispatcher import running
+from outbox.errors import SignatureError
 from outbox.keyring import Keyring
-from outbox.signing import SignatureError, verify
+from outbox.signing import verify
 from outbox.tenants import create_tenant, rotate_secret
 
-from .dispatching import backlog, dispatcher
+from .support import backlog, dispatcher
 
 pytestmark = pytest.mark.anyio
 
 
-async def test_rotation_takes_effect_at_once(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+async def test_rotation_takes_effect_at_once(pool, runtime, receiver) -> None:
     tenant, _ = await backlog(pool, runtime, receiver.url, 1)
     secrets = [tenant.signing_secret]
     async with running(dispatcher(runtime, pool)):
@@ -32,7 +33,7 @@ async def test_rotation_takes_effect_at_once(pool, runtime, receiver) -> None:  
             verify([previous], got.headers, got.body)
 
 
-async def test_rotation_with_overlap_signs_with_new_key_at_once(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+async def test_rotation_with_overlap_signs_with_new_key_at_once(pool, runtime, receiver) -> None:
     tenant, _ = await backlog(pool, runtime, receiver.url, 1)
     async with running(dispatcher(runtime, pool)):
         await receiver.wait_for(1)
@@ -46,7 +47,7 @@ async def test_rotation_with_overlap_signs_with_new_key_at_once(pool, runtime, r
     verify([tenant.signing_secret], after.headers, after.body)
 
 
-async def test_same_version_is_served_from_cache(pool, runtime) -> None:  # type: ignore[no-untyped-def]
+async def test_same_version_is_served_from_cache(pool, runtime) -> None:
     ring = Keyring(runtime.secret_box, ttl_s=3600)
     async with pool.acquire() as conn:
         t = await create_tenant(conn, "acme", runtime.secret_box)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import replace
 
@@ -12,7 +11,7 @@ import pytest
 from outbox.dispatcher import running
 from outbox.listener import Listener
 
-from .dispatching import backlog, dispatcher, wait_drained
+from .support import backlog, dispatcher, eventually, wait_drained
 
 pytestmark = pytest.mark.anyio
 KILL_OTHERS = (
@@ -21,11 +20,10 @@ KILL_OTHERS = (
 )
 
 
-async def _until(check, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.02)
+LISTENING = (
+    "SELECT array_agg(pid) FROM pg_stat_activity "
+    "WHERE datname = current_database() AND query LIKE 'LISTEN%'"
+)
 
 
 async def test_reconnects_and_hears_again(dsn: str) -> None:
@@ -35,20 +33,20 @@ async def test_reconnects_and_hears_again(dsn: str) -> None:
     await listener.start()
     other = await asyncpg.connect(dsn)
     try:
-        await _until(lambda: listener.connected)
+        await eventually(lambda: listener.connected)
         await other.execute("SELECT pg_notify('hookrelay_test', 'one')")
-        await _until(lambda: heard == ["one"])
+        await eventually(lambda: heard == ["one"])
         assert await other.fetchval(KILL_OTHERS) >= 1
-        await _until(lambda: len(gaps) >= 3)  # connect, loss, reconnect
-        await _until(lambda: listener.connected)
+        await eventually(lambda: len(gaps) >= 3)  # connect, loss, reconnect
+        await eventually(lambda: listener.connected)
         await other.execute("SELECT pg_notify('hookrelay_test', 'two')")
-        await _until(lambda: heard == ["one", "two"])
+        await eventually(lambda: heard == ["one", "two"])
     finally:
         await other.close()
         await listener.stop()
 
 
-async def test_dispatcher_wakes_on_notify_after_its_listen_was_killed(  # type: ignore[no-untyped-def]
+async def test_dispatcher_wakes_on_notify_after_its_listen_was_killed(
     pool, runtime, receiver, dsn
 ) -> None:
     # A poll interval far longer than the test: only a NOTIFY can deliver in time.
@@ -56,15 +54,14 @@ async def test_dispatcher_wakes_on_notify_after_its_listen_was_killed(  # type: 
     killer = await asyncpg.connect(dsn)
     try:
         async with running(dispatcher(slow_poll, pool)):
-            await asyncio.sleep(0.5)
-            assert (
-                await killer.fetchval(
-                    "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'"
-                )
-                >= 1
-            )
+            killed = set(await eventually(lambda: killer.fetchval(LISTENING)))
             await killer.fetchval(KILL_OTHERS)
-            await asyncio.sleep(2.0)  # the listener's back-off, then it reconnects
+
+            async def listening_again() -> bool:
+                # A LISTEN from a new backend: the killed one may linger in the view.
+                return bool(set(await killer.fetchval(LISTENING) or []) - killed)
+
+            await eventually(listening_again)
             started = time.monotonic()
             await backlog(pool, slow_poll, receiver.url, 3)
             await wait_drained(pool, timeout=10)

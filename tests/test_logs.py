@@ -10,13 +10,12 @@ import pytest
 from outbox.dispatcher import running
 from service.logs import JsonFormatter
 
-from .conftest import ADMIN, ADMIN_TOKEN, bearer
-from .dispatching import dispatcher, wait_drained
+from .support import ADMIN, ADMIN_TOKEN, bearer, dispatcher, wait_drained
 
 pytestmark = pytest.mark.anyio
 
 
-async def test_no_secrets_in_logs(client, pool, runtime, receiver, caplog) -> None:  # type: ignore[no-untyped-def]
+async def test_no_secrets_in_logs(client, pool, runtime, receiver, caplog) -> None:
     caplog.set_level(logging.DEBUG)
     t = (await client.post("/v1/admin/tenants", json={"name": "x"}, headers=ADMIN)).json()
     r = await client.post(

@@ -19,9 +19,18 @@ from outbox.masterkey import MasterKeyMismatch, recorded_key_id, verify_or_recor
 from outbox.tasks import NewTask, create_task
 from outbox.tenants import active_secrets, create_tenant
 
-from .dispatching import backlog, dispatcher, wait_drained
-from .processes import dispatcher_env, free_port, start, wait_for_port
-from .test_cli import cli_env, hookrelay
+from .support import (
+    backlog,
+    cli_env,
+    dispatcher,
+    dispatcher_env,
+    eventually,
+    free_port,
+    run_cli,
+    start,
+    wait_drained,
+    wait_for_port,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -30,13 +39,13 @@ def new_key() -> str:
     return base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
 
 
-def keyless_env(runtime, dsn: str, data_dir) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def keyless_env(runtime, dsn: str, data_dir) -> dict[str, str]:
     env = dispatcher_env(runtime, dsn, data_dir=str(data_dir))
     del env["HOOKRELAY_MASTER_KEY"]
     return env
 
 
-async def corrupt_secret(pool, tenant_id: str) -> None:  # type: ignore[no-untyped-def]
+async def corrupt_secret(pool, tenant_id: str) -> None:
     """Flip one ciphertext byte of the tenant's stored secret: AES-GCM refuses it."""
     await pool.execute(
         "UPDATE signing_secrets SET secret_enc = set_byte(secret_enc, 20,"
@@ -55,7 +64,7 @@ async def refused(command: str, env: dict[str, str]) -> list[str]:
     return [line for line in err.decode().splitlines() if line.strip()]
 
 
-async def test_second_data_dir_without_key_is_refused(runtime, dsn, tmp_path) -> None:  # type: ignore[no-untyped-def]
+async def test_second_data_dir_without_key_is_refused(runtime, dsn, tmp_path) -> None:
     first, second = tmp_path / "api", tmp_path / "dispatch"
     port = free_port()
     api = await start("api", {**keyless_env(runtime, dsn, first), "HOOKRELAY_PORT": str(port)})
@@ -82,17 +91,22 @@ async def test_second_data_dir_without_key_is_refused(runtime, dsn, tmp_path) ->
     shared = {
         **keyless_env(runtime, dsn, second),
         "HOOKRELAY_MASTER_KEY": (first / KEY_FILE).read_text().strip(),
+        "HOOKRELAY_LOG_LEVEL": "INFO",
     }
     proc = await start("dispatch", shared)
     try:
+        assert proc.stderr is not None
+        # Logged once its signal handlers are in place: a SIGTERM now is a clean stop.
+        while b"started" not in (line := await asyncio.wait_for(proc.stderr.readline(), 60)):
+            assert line, "the dispatcher exited instead of starting"
         with pytest.raises(TimeoutError):
-            await asyncio.wait_for(proc.wait(), 2)
+            await asyncio.wait_for(proc.wait(), 0.5)
     finally:
         proc.terminate()
         assert await proc.wait() == 0
 
 
-async def test_key_check_recorded_once_and_verified(pool, runtime) -> None:  # type: ignore[no-untyped-def]
+async def test_key_check_recorded_once_and_verified(pool, runtime) -> None:
     async with pool.acquire() as conn:
         assert await recorded_key_id(conn) is None
         first = await verify_or_record(conn, runtime.secret_box)
@@ -106,22 +120,20 @@ async def test_key_check_recorded_once_and_verified(pool, runtime) -> None:  # t
         assert runtime.secret_box.key_id in str(caught.value) and "\n" not in str(caught.value)
 
 
-async def test_rotate_reencrypts_and_the_new_key_delivers(  # type: ignore[no-untyped-def]
-    pool, runtime, dsn, receiver
-) -> None:
+async def test_rotate_reencrypts_and_the_new_key_delivers(pool, runtime, dsn, receiver) -> None:
     env = cli_env(runtime, dsn)
-    code, out, err = await hookrelay("tenants", "create", "acme", "--json", env=env)
+    code, out, err = await run_cli("tenants", "create", "acme", "--json", env=env)
     assert code == 0, err
     tenant = json.loads(out)
     async with pool.acquire() as conn:
         task, _ = await create_task(conn, tenant["id"], NewTask("t", receiver.url))
         event_id = (await complete_task(conn, task.id, "succeeded")).event_id
 
-    code, out, err = await hookrelay("master-key", "rotate", env=env)
+    code, out, err = await run_cli("master-key", "rotate", env=env)
     assert code != 0 and "HOOKRELAY_NEW_MASTER_KEY" in err
     new = new_key()
     new_id = key_id(parse_master_key(new))
-    code, out, err = await hookrelay(
+    code, out, err = await run_cli(
         "master-key", "rotate", env={**env, "HOOKRELAY_NEW_MASTER_KEY": new}
     )
     assert code == 0, err
@@ -147,7 +159,7 @@ async def test_rotate_reencrypts_and_the_new_key_delivers(  # type: ignore[no-un
     Webhook(tenant["signingSecret"]).verify(got.body, got.headers)
 
 
-async def test_one_tenants_corrupted_secret_does_not_stop_the_others(  # type: ignore[no-untyped-def]
+async def test_one_tenants_corrupted_secret_does_not_stop_the_others(
     pool, runtime, receiver
 ) -> None:
     good, good_events = await backlog(pool, runtime, receiver.url, 3)
@@ -171,23 +183,20 @@ async def test_one_tenants_corrupted_secret_does_not_stop_the_others(  # type: i
     assert d.counters["undecryptable"] == 3 and d.counters["delivered"] == 3
 
 
-async def test_dispatcher_whose_key_was_rotated_away_holds_events(  # type: ignore[no-untyped-def]
-    pool, runtime, receiver
-) -> None:
+async def test_dispatcher_whose_key_was_rotated_away_holds_events(pool, runtime, receiver) -> None:
     async with pool.acquire() as conn:
         await verify_or_record(conn, runtime.secret_box)
     await backlog(pool, runtime, receiver.url, 3)
     stale = replace(runtime, secret_box=SecretBox(secrets.token_bytes(32)))
-    async with running(dispatcher(stale, pool)) as d, asyncio.timeout(30):
-        while d.counters["held_wrong_key"] < 3:
-            await asyncio.sleep(0.05)
+    async with running(dispatcher(stale, pool)) as d:
+        await eventually(lambda: d.counters["held_wrong_key"] >= 3, 30)
     assert not receiver.received
     assert await pool.fetchval("SELECT count(*) FROM dead_letters") == 0
     left = await pool.fetch("SELECT attempts, leased_until FROM outbox")
     assert len(left) == 3 and all(r["attempts"] == 0 and r["leased_until"] is None for r in left)
 
 
-async def test_corrupted_tenant_isolated_in_a_dispatch_process(  # type: ignore[no-untyped-def]
+async def test_corrupted_tenant_isolated_in_a_dispatch_process(
     pool, runtime, dsn, receiver
 ) -> None:
     good, good_events = await backlog(pool, runtime, receiver.url, 2)

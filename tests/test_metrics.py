@@ -7,8 +7,8 @@ from aiohttp import web
 
 from outbox.dispatcher import running
 
-from .dispatching import backlog, dispatcher, wait_drained
 from .receiver import Receiver
+from .support import backlog, dispatcher, eventually, wait_drained
 
 pytestmark = pytest.mark.anyio
 
@@ -20,7 +20,7 @@ def value(text: str, series: str) -> float:
     raise AssertionError(f"{series} not in metrics")
 
 
-async def test_metrics_after_deliveries_and_dead_letters(client, pool, runtime) -> None:  # type: ignore[no-untyped-def]
+async def test_metrics_after_deliveries_and_dead_letters(client, pool, runtime) -> None:
     async def gone(request: web.Request, rx: Receiver) -> web.StreamResponse:
         return web.Response(status=410 if b'"i":0' in await request.read() else 204)
 
@@ -50,9 +50,7 @@ async def test_metrics_after_deliveries_and_dead_letters(client, pool, runtime) 
     assert value(text, "hookrelay_attempt_duration_seconds_count") >= 3
 
 
-async def test_oldest_transaction_gauge_sees_an_idle_transaction(client, dsn) -> None:  # type: ignore[no-untyped-def]
-    import asyncio
-
+async def test_oldest_transaction_gauge_sees_an_idle_transaction(client, dsn) -> None:
     import asyncpg
 
     series = "hookrelay_db_oldest_transaction_seconds"
@@ -60,8 +58,11 @@ async def test_oldest_transaction_gauge_sees_an_idle_transaction(client, dsn) ->
     try:
         await idle.execute("BEGIN")
         await idle.fetchval("SELECT txid_current()")
-        await asyncio.sleep(1.2)
-        assert value((await client.get("/metrics")).text, series) >= 1.0
+
+        async def a_second_old() -> bool:
+            return value((await client.get("/metrics")).text, series) >= 1.0
+
+        await eventually(a_second_old)
     finally:
         await idle.close()
     assert value((await client.get("/metrics")).text, series) < 1.0

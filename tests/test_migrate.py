@@ -19,9 +19,7 @@ from outbox.migrate import migrate, migrations, status
 from outbox.tasks import Idempotency, NewTask, create_task
 from outbox.tenants import create_tenant
 
-from .conftest import with_database
-from .dispatching import dispatcher, wait_drained
-from .test_cli import cli_env, hookrelay
+from .support import ROOT, cli_env, dispatcher, run_cli, wait_drained, with_database
 
 pytestmark = pytest.mark.anyio
 
@@ -138,20 +136,20 @@ async def test_concurrent_migrations_apply_each_file_once(new_db: NewDb) -> None
         await conn.close()
 
 
-async def test_migrate_status_command(new_db: NewDb, runtime) -> None:  # type: ignore[no-untyped-def]
+async def test_migrate_status_command(new_db: NewDb, runtime) -> None:
     dsn = await new_db()
     await run_migrate(dsn, upto=1)
-    code, out, err = await hookrelay("migrate", "--status", env=cli_env(runtime, dsn))
+    code, out, err = await run_cli("migrate", "--status", env=cli_env(runtime, dsn))
     assert code == 0, err
     assert "0001  initial" in out and "0002  master_key_check" in out
     assert f"1 applied, {len(migrations()) - 1} pending" in out
-    code, _, err = await hookrelay("migrate", env=cli_env(runtime, dsn))
+    code, _, err = await run_cli("migrate", env=cli_env(runtime, dsn))
     assert code == 0, err
-    code, out, _ = await hookrelay("migrate", "--status", env=cli_env(runtime, dsn))
+    code, out, _ = await run_cli("migrate", "--status", env=cli_env(runtime, dsn))
     assert f"{len(migrations())} applied, 0 pending" in out
 
 
-async def test_upgrade_with_rows_in_every_table_keeps_working(  # type: ignore[no-untyped-def]
+async def test_upgrade_with_rows_in_every_table_keeps_working(
     new_db: NewDb, runtime, receiver
 ) -> None:
     dsn = await new_db()
@@ -167,6 +165,7 @@ async def test_upgrade_with_rows_in_every_table_keeps_working(  # type: ignore[n
             pending_event = (await complete_task(conn, pending.id, "succeeded")).event_id
             dead, _ = await create_task(conn, tenant.id, NewTask("t", receiver.url))
             dead_event = (await complete_task(conn, dead.id, "failed")).event_id
+            assert pending_event and dead_event
             # The second event gave up earlier: an attempt, a dead letter, an unhealthy host.
             await conn.execute(
                 """
@@ -210,3 +209,8 @@ async def test_upgrade_with_rows_in_every_table_keeps_working(  # type: ignore[n
         assert task["delivery_status"] == "delivered"
     finally:
         await pool.close()
+
+
+def test_readable_schema_is_the_packaged_one() -> None:
+    """schema.sql at the top is a copy for readers of outbox/schema.sql, which is shipped."""
+    assert (ROOT / "schema.sql").read_text() == schema_sql()

@@ -10,13 +10,13 @@ from starlette.routing import Route
 pytestmark = pytest.mark.anyio
 
 
-async def test_every_route_is_described(client) -> None:  # type: ignore[no-untyped-def]
+async def test_every_route_is_described(client) -> None:
     r = await client.get("/openapi.json")
     assert r.status_code == 200
     doc = r.json()
     assert doc["openapi"] == "3.1.0" and doc["components"]["schemas"]["Error"]
     served = set()
-    for route in client._transport.app.routes:  # type: ignore[attr-defined]
+    for route in client._transport.app.routes:
         assert isinstance(route, Route)
         for method in route.methods or ():
             if method != "HEAD":
@@ -31,15 +31,16 @@ async def test_every_route_is_described(client) -> None:  # type: ignore[no-unty
                 ), (path, name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("who", ["tenant", "admin"])
-async def test_schemathesis_finds_no_5xx_and_no_schema_break(live_api, who: str) -> None:  # type: ignore[no-untyped-def]
+async def test_schemathesis_finds_no_5xx_and_no_schema_break(live_api, who: str) -> None:
     """Generated requests from /openapi.json, positive and negative, bounded and seeded."""
     import asyncio
     import shutil
     import sys
     from pathlib import Path
 
-    from .conftest import ADMIN_TOKEN
+    from .support import ADMIN_TOKEN
 
     url, key = live_api
     st = shutil.which("st") or str(Path(sys.executable).with_name("st"))

@@ -12,12 +12,20 @@ import httpx
 import pytest
 from aiohttp import web
 
-from .conftest import ADMIN, bearer
 from .pgserver import DedicatedPostgres
-from .processes import dispatcher_env, free_port, start, wait_for_port
 from .receiver import Receiver
+from .support import (
+    ADMIN,
+    bearer,
+    dispatcher_env,
+    eventually,
+    free_port,
+    start,
+    wait_for_port,
+)
 
-pytestmark = pytest.mark.anyio
+# A dedicated PostgreSQL stopped and restarted, a storm of killed connections.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
 async def _submit_and_complete(c: httpx.AsyncClient, key: str, url: str) -> str:
@@ -35,7 +43,7 @@ def _assert_unavailable(r: httpx.Response) -> None:
     assert "Traceback" not in r.text
 
 
-async def test_database_restart_mid_run(runtime, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+async def test_database_restart_mid_run(runtime, tmp_path: Path) -> None:
     pg = DedicatedPostgres(tmp_path / "db")
     dsn = pg.start()
     healthy = asyncio.Event()
@@ -74,23 +82,24 @@ async def test_database_restart_mid_run(runtime, tmp_path: Path) -> None:  # typ
 
             assert pg.start() == dsn
             healthy.set()
-            after: list[str] = []
-            deadline = time.monotonic() + 30
-            while not after:
+
+            async def submitted() -> str | None:
                 try:
-                    after.append(await _submit_and_complete(c, key, rx.url))
+                    return await _submit_and_complete(c, key, rx.url)
                 except AssertionError:
-                    assert time.monotonic() < deadline, "the API did not recover"
-                    await asyncio.sleep(0.2)
+                    return None
+
+            after = [await eventually(submitted, 30, what="the API recovered", every=0.2)]
             delivered: dict[str, Any] = {}
-            deadline = time.monotonic() + 30
-            while len(delivered) < len(before) + len(after):
-                assert time.monotonic() < deadline, f"delivered only {list(delivered)}"
+
+            async def all_delivered() -> bool:
                 for task_id in before + after:
                     t = (await c.get(f"/v1/tasks/{task_id}", headers=bearer(key))).json()
                     if t["delivery"]["status"] == "delivered":
                         delivered[task_id] = t
-                await asyncio.sleep(0.2)
+                return len(delivered) == len(before + after)
+
+            await eventually(all_delivered, 30, what="every task delivered", every=0.2)
         assert proc.returncode is None, "serve must ride out the outage, not exit"
     finally:
         if proc.returncode is None:
@@ -100,7 +109,7 @@ async def test_database_restart_mid_run(runtime, tmp_path: Path) -> None:  # typ
         pg.stop()
 
 
-async def test_api_rides_out_a_connection_storm(client, tenant, dsn) -> None:  # type: ignore[no-untyped-def]
+async def test_api_rides_out_a_connection_storm(client, tenant, dsn) -> None:
     """pg_terminate_backend on every connection, every 200 ms: 2xx or a clean 503, never a 500."""
     import asyncpg
 
@@ -148,9 +157,12 @@ async def test_api_rides_out_a_connection_storm(client, tenant, dsn) -> None:  #
     assert killed >= 5 and len(statuses) > 20
     # Once the storm is over, the pool sheds its last dead connections (each
     # may cost one 503) and then everything works.
-    deadline = time.monotonic() + 5
-    while (await client.get(f"/v1/tasks/{task_id}", headers=bearer(key))).status_code != 200:
-        assert time.monotonic() < deadline, "the API did not recover after the storm"
+
+    async def answers() -> bool:
+        r = await client.get(f"/v1/tasks/{task_id}", headers=bearer(key))
+        return bool(r.status_code == 200)
+
+    await eventually(answers, 5, what="the API recovered after the storm")
     for _ in range(5):
         assert (await client.get(f"/v1/tasks/{task_id}", headers=bearer(key))).status_code == 200
     print(

@@ -13,13 +13,13 @@ from aiohttp import web
 
 from outbox.dispatcher import running
 
-from .dispatching import backlog, dispatcher, wait_drained
 from .receiver import Receiver
+from .support import backlog, dispatcher, wait_drained
 
 pytestmark = pytest.mark.anyio
 
 
-async def _one_event(pool, runtime, rx: Receiver, **settings):  # type: ignore[no-untyped-def]
+async def _one_event(pool, runtime, rx: Receiver, **settings):
     """Deliver one event under ``settings``; returns its attempt rows and the dead letter."""
     rt = replace(runtime, settings=replace(runtime.settings, **settings))
     _, [event_id] = await backlog(pool, rt, rx.url, 1)
@@ -32,7 +32,7 @@ async def _one_event(pool, runtime, rx: Receiver, **settings):  # type: ignore[n
     return attempts, dead
 
 
-async def test_receiver_that_never_answers_times_out_and_retries(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+async def test_receiver_that_never_answers_times_out_and_retries(pool, runtime, receiver) -> None:
     async def silent(request: web.Request, rx: Receiver) -> web.StreamResponse:
         await asyncio.sleep(3600)
         raise AssertionError("unreachable")
@@ -44,7 +44,7 @@ async def test_receiver_that_never_answers_times_out_and_retries(pool, runtime, 
     assert dead is not None and "gave up after 2 attempts" in dead["last_error"]
 
 
-async def test_connection_reset_is_retried(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+async def test_connection_reset_is_retried(pool, runtime, receiver) -> None:
     async def reset_once(request: web.Request, rx: Receiver) -> web.StreamResponse:
         if len(rx.received) == 1:
             assert request.transport is not None
@@ -57,7 +57,7 @@ async def test_connection_reset_is_retried(pool, runtime, receiver) -> None:  # 
     assert "ServerDisconnected" in attempts[0]["error"] or "reset" in attempts[0]["error"].lower()
 
 
-async def test_fifty_megabyte_answer_is_read_to_the_cap_only(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+async def test_fifty_megabyte_answer_is_read_to_the_cap_only(pool, runtime, receiver) -> None:
     fifty = b"z" * (50 * 1024 * 1024)
 
     async def huge(request: web.Request, rx: Receiver) -> web.StreamResponse:
@@ -77,7 +77,7 @@ async def test_fifty_megabyte_answer_is_read_to_the_cap_only(pool, runtime, rece
     assert grown_mb < 20, f"peak RSS grew by {grown_mb:.0f} MB"
 
 
-async def test_gzip_bomb_is_capped(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+async def test_gzip_bomb_is_capped(pool, runtime, receiver) -> None:
     bomb = gzip.compress(b"\0" * (200 * 1024 * 1024))
 
     async def gz(request: web.Request, rx: Receiver) -> web.StreamResponse:
@@ -90,7 +90,7 @@ async def test_gzip_bomb_is_capped(pool, runtime, receiver) -> None:  # type: ig
 
 
 @pytest.mark.parametrize("status", [301, 302, 307, 308])
-async def test_redirect_to_private_address_is_not_followed(pool, runtime, receiver, status) -> None:  # type: ignore[no-untyped-def]
+async def test_redirect_to_private_address_is_not_followed(pool, runtime, receiver, status) -> None:
     async def redirect(request: web.Request, rx: Receiver) -> web.StreamResponse:
         return web.Response(status=status, headers={"Location": "http://169.254.169.254/latest"})
 
@@ -103,7 +103,7 @@ async def test_redirect_to_private_address_is_not_followed(pool, runtime, receiv
     assert dead is not None
 
 
-async def test_500s_for_a_while_then_200(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+async def test_500s_for_a_while_then_200(pool, runtime, receiver) -> None:
     async def recovering(request: web.Request, rx: Receiver) -> web.StreamResponse:
         return web.Response(status=500 if len(rx.received) <= 4 else 200)
 

@@ -7,14 +7,13 @@ from aiohttp import web
 
 from outbox.dispatcher import running
 
-from .conftest import ADMIN, bearer
-from .dispatching import dispatcher, wait_drained
 from .receiver import Receiver
+from .support import ADMIN, bearer, dispatcher, wait_drained
 
 pytestmark = pytest.mark.anyio
 
 
-async def finished_task(client, tenant, url: str) -> str:  # type: ignore[no-untyped-def]
+async def finished_task(client, tenant, url: str) -> str:
     r = await client.post(
         "/v1/tasks", json={"type": "t", "callbackUrl": url}, headers=bearer(tenant["apiKey"])
     )
@@ -24,7 +23,7 @@ async def finished_task(client, tenant, url: str) -> str:  # type: ignore[no-unt
     return str(tid)
 
 
-async def test_dead_then_fixed_then_redelivered_with_same_event_id(  # type: ignore[no-untyped-def]
+async def test_dead_then_fixed_then_redelivered_with_same_event_id(
     client, tenant, pool, runtime, receiver
 ) -> None:
     healthy = False
@@ -59,7 +58,7 @@ async def test_dead_then_fixed_then_redelivered_with_same_event_id(  # type: ign
     assert dead["replayed_at"] is not None and dead["replayed_by"] == f"tenant:{tenant['id']}"
 
 
-async def test_redeliver_after_success_sends_again(client, tenant, pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+async def test_redeliver_after_success_sends_again(client, tenant, pool, runtime, receiver) -> None:
     tid = await finished_task(client, tenant, receiver.url)
     async with running(dispatcher(runtime, pool)):
         await wait_drained(pool)
@@ -70,7 +69,7 @@ async def test_redeliver_after_success_sends_again(client, tenant, pool, runtime
     assert len(set(receiver.event_ids())) == 1 and len(receiver.received) == 2
 
 
-async def test_redeliver_conflicts_and_404(client, tenant, other_tenant, receiver) -> None:  # type: ignore[no-untyped-def]
+async def test_redeliver_conflicts_and_404(client, tenant, other_tenant, receiver) -> None:
     key = bearer(tenant["apiKey"])
     r = await client.post("/v1/tasks", json={"type": "t", "callbackUrl": receiver.url}, headers=key)
     live = r.json()["id"]

@@ -7,12 +7,12 @@ import pytest
 from outbox import retention
 from outbox.retention import purge
 
-from .dispatching import backlog
+from .support import backlog
 
 pytestmark = pytest.mark.anyio
 
 
-async def test_purges_only_old_finished_rows(pool, runtime, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+async def test_purges_only_old_finished_rows(pool, runtime, monkeypatch) -> None:
     monkeypatch.setattr(retention, "BATCH", 2)  # several small batches
     _, events = await backlog(pool, runtime, "http://127.0.0.1:9/h", 6)
     # Events 0-3 delivered long ago, 4 dead (unreplayed), 5 still in the outbox.

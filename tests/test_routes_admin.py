@@ -12,12 +12,12 @@ import pytest
 from outbox.tenants import active_secrets, hash_api_key
 from service.app import create_app
 
-from .conftest import ADMIN, bearer
+from .support import ADMIN, bearer
 
 pytestmark = pytest.mark.anyio
 
 
-async def test_create_tenant_shows_credentials_once(client, pool, runtime) -> None:  # type: ignore[no-untyped-def]
+async def test_create_tenant_shows_credentials_once(client, pool, runtime) -> None:
     r = await client.post("/v1/admin/tenants", json={"name": "Acme"}, headers=ADMIN)
     assert r.status_code == 201 and r.headers["cache-control"] == "no-store"
     t = r.json()
@@ -51,19 +51,19 @@ async def test_create_tenant_shows_credentials_once(client, pool, runtime) -> No
         ["a"],
     ],
 )
-async def test_create_tenant_validation(client, body) -> None:  # type: ignore[no-untyped-def]
+async def test_create_tenant_validation(client, body) -> None:
     r = await client.post("/v1/admin/tenants", json=body, headers=ADMIN)
     assert r.status_code == 422 and r.json()["error"]["code"] == "validation_error"
 
 
-async def test_create_tenant_needs_admin(client, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_create_tenant_needs_admin(client, tenant) -> None:
     r = await client.post("/v1/admin/tenants", json={"name": "x"}, headers=bearer(tenant["apiKey"]))
     assert r.status_code == 403
     r = await client.post("/v1/admin/tenants", json={"name": "x"}, headers=bearer("hra_wrong"))
     assert r.status_code == 401
 
 
-async def test_rotate_secret(client, tenant, pool, runtime) -> None:  # type: ignore[no-untyped-def]
+async def test_rotate_secret(client, tenant, pool, runtime) -> None:
     r = await client.post(f"/v1/admin/tenants/{tenant['id']}/rotate-secret", headers=ADMIN)
     assert r.status_code == 200
     new = r.json()["signingSecret"]
@@ -76,7 +76,7 @@ async def test_rotate_secret(client, tenant, pool, runtime) -> None:  # type: ig
     assert r.status_code == 404
 
 
-async def test_rotate_with_zero_overlap_drops_old_secret(pool: asyncpg.Pool, runtime) -> None:  # type: ignore[no-untyped-def]
+async def test_rotate_with_zero_overlap_drops_old_secret(pool: asyncpg.Pool, runtime) -> None:
     from outbox.tenants import create_tenant, rotate_secret
 
     async with pool.acquire() as conn:
@@ -85,13 +85,13 @@ async def test_rotate_with_zero_overlap_drops_old_secret(pool: asyncpg.Pool, run
         assert (await active_secrets(conn, [t.id], runtime.secret_box))[t.id].values == [new]
 
 
-async def test_healthz_and_readyz(client) -> None:  # type: ignore[no-untyped-def]
+async def test_healthz_and_readyz(client) -> None:
     assert (await client.get("/healthz")).json() == {"status": "ok"}
     r = await client.get("/readyz")
     assert r.status_code == 200 and r.json() == {"status": "ok"}
 
 
-async def test_readyz_reports_unreachable_database(client, pool) -> None:  # type: ignore[no-untyped-def]
+async def test_readyz_reports_unreachable_database(client, pool) -> None:
     await pool.close()
     r = await client.get("/readyz")
     assert r.status_code == 503 and r.json()["error"]["code"] == "unavailable"

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from .conftest import ADMIN, bearer
+from .support import ADMIN, bearer
 
 pytestmark = pytest.mark.anyio
 HOOK = "http://127.0.0.1:9/hook"
@@ -19,7 +19,7 @@ async def submit(client: httpx.AsyncClient, key: str, **extra: Any) -> httpx.Res
     return await client.post("/v1/tasks", json=body, headers=bearer(key))
 
 
-async def test_submit_returns_202_with_location(client, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_submit_returns_202_with_location(client, tenant) -> None:
     r = await submit(client, tenant["apiKey"], metadata={"order": "A-1"}, timeoutSeconds=60)
     assert r.status_code == 202, r.text
     task = r.json()
@@ -41,7 +41,7 @@ async def test_submit_returns_202_with_location(client, tenant) -> None:  # type
     }
 
 
-async def test_get_etag_and_304(client, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_get_etag_and_304(client, tenant) -> None:
     task = (await submit(client, tenant["apiKey"])).json()
     r = await client.get(f"/v1/tasks/{task['id']}", headers=bearer(tenant["apiKey"]))
     assert r.status_code == 200 and r.json()["id"] == task["id"]
@@ -61,7 +61,7 @@ async def test_get_etag_and_304(client, tenant) -> None:  # type: ignore[no-unty
     assert "retry-after" not in r3.headers
 
 
-async def test_other_tenants_task_is_404(client, tenant, other_tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_other_tenants_task_is_404(client, tenant, other_tenant) -> None:
     task = (await submit(client, tenant["apiKey"])).json()
     other = bearer(other_tenant["apiKey"])
     for method, path in [("GET", ""), ("POST", "/cancel")]:
@@ -71,7 +71,7 @@ async def test_other_tenants_task_is_404(client, tenant, other_tenant) -> None: 
     assert listing.json()["data"] == []
 
 
-async def test_unknown_id_is_404(client, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_unknown_id_is_404(client, tenant) -> None:
     r = await client.get("/v1/tasks/task_doesnotexist", headers=bearer(tenant["apiKey"]))
     assert r.status_code == 404
     assert r.json() == {"error": {"code": "not_found", "message": "task not found"}}
@@ -79,7 +79,7 @@ async def test_unknown_id_is_404(client, tenant) -> None:  # type: ignore[no-unt
     assert r.status_code == 404
 
 
-async def test_lifecycle_start_complete_conflict(client, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_lifecycle_start_complete_conflict(client, tenant) -> None:
     tid = (await submit(client, tenant["apiKey"])).json()["id"]
     r = await client.post(f"/v1/tasks/{tid}/start", headers=ADMIN)
     assert r.status_code == 200 and r.json()["status"] == "running"
@@ -101,7 +101,7 @@ async def test_lifecycle_start_complete_conflict(client, tenant) -> None:  # typ
     assert body["task"]["status"] == "succeeded" and body["task"]["version"] == 3
 
 
-async def test_partner_cancels_own_task(client, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_partner_cancels_own_task(client, tenant) -> None:
     tid = (await submit(client, tenant["apiKey"])).json()["id"]
     r = await client.post(f"/v1/tasks/{tid}/cancel", headers=bearer(tenant["apiKey"]))
     assert r.status_code == 200 and r.json()["status"] == "cancelled"
@@ -120,13 +120,13 @@ async def test_partner_cancels_own_task(client, tenant) -> None:  # type: ignore
         [],
     ],
 )
-async def test_complete_validation(client, tenant, body) -> None:  # type: ignore[no-untyped-def]
+async def test_complete_validation(client, tenant, body) -> None:
     tid = (await submit(client, tenant["apiKey"])).json()["id"]
     r = await client.post(f"/v1/tasks/{tid}/complete", json=body, headers=ADMIN)
     assert r.status_code == 422 and r.json()["error"]["code"] == "validation_error"
 
 
-async def test_executor_routes_need_admin(client, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_executor_routes_need_admin(client, tenant) -> None:
     tid = (await submit(client, tenant["apiKey"])).json()["id"]
     partner = bearer(tenant["apiKey"])
     assert (await client.post(f"/v1/tasks/{tid}/start", headers=partner)).status_code == 403
@@ -144,7 +144,7 @@ async def test_executor_routes_need_admin(client, tenant) -> None:  # type: igno
         {"Authorization": "hr_nokind"},
     ],
 )
-async def test_bad_credentials_are_401(client, tenant, headers) -> None:  # type: ignore[no-untyped-def]
+async def test_bad_credentials_are_401(client, tenant, headers) -> None:
     for method, path in [
         ("POST", "/v1/tasks"),
         ("GET", "/v1/tasks"),
@@ -158,7 +158,7 @@ async def test_bad_credentials_are_401(client, tenant, headers) -> None:  # type
         assert r.headers["www-authenticate"] == "Bearer"
 
 
-async def test_admin_cannot_submit_without_tenant(client) -> None:  # type: ignore[no-untyped-def]
+async def test_admin_cannot_submit_without_tenant(client) -> None:
     r = await client.post("/v1/tasks", json={"type": "x", "callbackUrl": HOOK}, headers=ADMIN)
     assert r.status_code == 403
 
@@ -189,7 +189,7 @@ async def test_admin_cannot_submit_without_tenant(client) -> None:  # type: igno
         ({"type": "t", "callbackUrl": HOOK, "surprise": 1}, "validation_error"),
     ],
 )
-async def test_submit_validation(client, tenant, body, code) -> None:  # type: ignore[no-untyped-def]
+async def test_submit_validation(client, tenant, body, code) -> None:
     r = await client.post("/v1/tasks", json=body, headers=bearer(tenant["apiKey"]))
     assert r.status_code == 422, r.text
     assert r.json()["error"]["code"] == code
@@ -197,9 +197,9 @@ async def test_submit_validation(client, tenant, body, code) -> None:  # type: i
     assert listing.json()["data"] == []
 
 
-async def test_https_only_unless_allowed(client, tenant) -> None:  # type: ignore[no-untyped-def]
-    client._transport.app.state.address_policy = type(  # type: ignore[attr-defined]
-        client._transport.app.state.address_policy  # type: ignore[attr-defined]
+async def test_https_only_unless_allowed(client, tenant) -> None:
+    client._transport.app.state.address_policy = type(
+        client._transport.app.state.address_policy
     ).from_settings("127.0.0.0/8", False)
     r = await submit(client, tenant["apiKey"])
     assert r.status_code == 422 and "http" in r.json()["error"]["message"]
@@ -218,19 +218,19 @@ async def test_https_only_unless_allowed(client, tenant) -> None:  # type: ignor
         (b"{}", "text/plain", 415, "unsupported_media_type"),
     ],
 )
-async def test_malformed_bodies(client, tenant, content, ctype, status, code) -> None:  # type: ignore[no-untyped-def]
+async def test_malformed_bodies(client, tenant, content, ctype, status, code) -> None:
     headers = {**bearer(tenant["apiKey"]), "Content-Type": ctype}
     r = await client.post("/v1/tasks", content=content, headers=headers)
     assert r.status_code == status, r.text
     assert r.json()["error"]["code"] == code
 
 
-async def test_oversize_body_is_413(client, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_oversize_body_is_413(client, tenant) -> None:
     big = {"type": "t", "callbackUrl": HOOK, "input": "x" * 1_100_000}
     r = await client.post("/v1/tasks", json=big, headers=bearer(tenant["apiKey"]))
     assert r.status_code == 413 and r.json()["error"]["code"] == "payload_too_large"
 
-    async def chunks():  # type: ignore[no-untyped-def]
+    async def chunks():
         for _ in range(300):
             yield b"x" * 4096  # no Content-Length: the cap must hold while streaming
 
@@ -238,7 +238,7 @@ async def test_oversize_body_is_413(client, tenant) -> None:  # type: ignore[no-
     assert r.status_code == 413
 
 
-async def test_idempotency_same_body_same_task(client, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_idempotency_same_body_same_task(client, tenant) -> None:
     headers = {**bearer(tenant["apiKey"]), "Idempotency-Key": "order-77"}
     body = {"type": "t", "callbackUrl": HOOK, "input": {"a": 1, "b": 2}}
     first = await client.post("/v1/tasks", json=body, headers=headers)
@@ -256,7 +256,7 @@ async def test_idempotency_same_body_same_task(client, tenant) -> None:  # type:
     assert changed.json()["error"]["code"] == "idempotency_key_reused"
 
 
-async def test_idempotency_keys_are_scoped_to_tenant(client, tenant, other_tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_idempotency_keys_are_scoped_to_tenant(client, tenant, other_tenant) -> None:
     body = {"type": "t", "callbackUrl": HOOK}
     a = await client.post(
         "/v1/tasks", json=body, headers={**bearer(tenant["apiKey"]), "Idempotency-Key": "k"}
@@ -267,7 +267,7 @@ async def test_idempotency_keys_are_scoped_to_tenant(client, tenant, other_tenan
     assert a.status_code == b.status_code == 202 and a.json()["id"] != b.json()["id"]
 
 
-async def test_idempotency_under_concurrency(client, tenant, pool) -> None:  # type: ignore[no-untyped-def]
+async def test_idempotency_under_concurrency(client, tenant, pool) -> None:
     headers = {**bearer(tenant["apiKey"]), "Idempotency-Key": "burst"}
     body = {"type": "t", "callbackUrl": HOOK}
     responses = await asyncio.gather(
@@ -283,7 +283,7 @@ async def test_idempotency_under_concurrency(client, tenant, pool) -> None:  # t
     assert await pool.fetchval("SELECT count(*) FROM tasks") == 1
 
 
-async def test_bad_idempotency_key(client, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_bad_idempotency_key(client, tenant) -> None:
     r = await client.post(
         "/v1/tasks",
         json={"type": "t", "callbackUrl": HOOK},
@@ -292,7 +292,7 @@ async def test_bad_idempotency_key(client, tenant) -> None:  # type: ignore[no-u
     assert r.status_code == 400
 
 
-async def test_listing_keyset_pagination_and_filters(client, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_listing_keyset_pagination_and_filters(client, tenant) -> None:
     key = bearer(tenant["apiKey"])
     ids = [(await submit(client, tenant["apiKey"])).json()["id"] for _ in range(5)]
     await client.post(f"/v1/tasks/{ids[1]}/complete", json={"status": "failed"}, headers=ADMIN)
@@ -324,24 +324,24 @@ async def test_listing_keyset_pagination_and_filters(client, tenant) -> None:  #
         {"updatedAfter": "2026-01-01T00:00:00"},
     ],
 )
-async def test_listing_bad_params_are_400(client, tenant, params) -> None:  # type: ignore[no-untyped-def]
+async def test_listing_bad_params_are_400(client, tenant, params) -> None:
     r = await client.get("/v1/tasks", params=params, headers=bearer(tenant["apiKey"]))
     assert r.status_code == 400 and r.json()["error"]["code"] == "bad_request"
 
 
-async def test_listing_bad_status_is_422(client, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_listing_bad_status_is_422(client, tenant) -> None:
     r = await client.get("/v1/tasks", params={"status": "nope"}, headers=bearer(tenant["apiKey"]))
     assert r.status_code == 422
 
 
-async def test_unknown_route_and_method(client) -> None:  # type: ignore[no-untyped-def]
+async def test_unknown_route_and_method(client) -> None:
     r = await client.get("/v1/nothing")
     assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
     r = await client.delete("/v1/tasks")
     assert r.status_code == 405 and r.json()["error"]["code"] == "method_not_allowed"
 
 
-async def test_listing_never_skips_a_late_commit(client, tenant, pool) -> None:  # type: ignore[no-untyped-def]
+async def test_listing_never_skips_a_late_commit(client, tenant, pool) -> None:
     """A transaction that started earlier but commits later must not fall behind a cursor."""
     from outbox import complete_task
 

@@ -9,12 +9,12 @@ import pytest
 
 from service.serving import run
 
-from .conftest import bearer
+from .support import bearer
 
 pytestmark = pytest.mark.anyio
 
 
-async def test_oversized_headers_get_a_clear_4xx(live_api) -> None:  # type: ignore[no-untyped-def]
+async def test_oversized_headers_get_a_clear_4xx(live_api) -> None:
     url, key = live_api
     async with httpx.AsyncClient(base_url=url) as c:
         r = await c.get("/v1/tasks", headers={**bearer(key), "X-Junk": "j" * 200_000})
@@ -24,7 +24,7 @@ async def test_oversized_headers_get_a_clear_4xx(live_api) -> None:  # type: ign
         assert (await c.get("/v1/tasks", headers=bearer(key))).status_code == 200
 
 
-async def test_oversized_body_on_the_wire_is_413(live_api) -> None:  # type: ignore[no-untyped-def]
+async def test_oversized_body_on_the_wire_is_413(live_api) -> None:
     url, key = live_api
     async with httpx.AsyncClient(base_url=url) as c:
         r = await c.post(
@@ -35,7 +35,7 @@ async def test_oversized_body_on_the_wire_is_413(live_api) -> None:  # type: ign
     assert r.status_code == 413 and r.json()["error"]["code"]
 
 
-async def test_header_limit_counts_every_header(client, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_header_limit_counts_every_header(client, tenant) -> None:
     many = {f"x-h{i}": "v" * 100 for i in range(200)}  # ~21 kB in small pieces
     r = await client.get("/v1/tasks", headers={**bearer(tenant["apiKey"]), **many})
     assert r.status_code == 431

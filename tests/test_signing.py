@@ -9,10 +9,9 @@ import time
 
 import pytest
 
-from outbox.errors import ConfigurationError
+from outbox.errors import ConfigurationError, SignatureError
 from outbox.signing import (
     SECRET_PREFIX,
-    SignatureError,
     Signer,
     generate_secret,
     secret_key,

@@ -14,11 +14,13 @@ from outbox.sweeper import sweep_once, sweeping
 from outbox.tasks import NewTask, create_task
 from outbox.tenants import create_tenant
 
+from .support import eventually
+
 pytestmark = pytest.mark.anyio
 URL = "http://127.0.0.1:9/hook"
 
 
-async def make(pool: asyncpg.Pool, runtime, timeouts: list[float | None]) -> list[str]:  # type: ignore[no-untyped-def]
+async def make(pool: asyncpg.Pool, runtime, timeouts: list[float | None]) -> list[str]:
     async with pool.acquire() as conn:
         t = await create_tenant(conn, "t", runtime.secret_box)
         return [
@@ -26,10 +28,9 @@ async def make(pool: asyncpg.Pool, runtime, timeouts: list[float | None]) -> lis
         ]
 
 
-async def test_overdue_tasks_time_out(pool, runtime) -> None:  # type: ignore[no-untyped-def]
+async def test_overdue_tasks_time_out(pool, runtime) -> None:
     overdue, later, never = await make(pool, runtime, [0.01, 3600, None])
-    await asyncio.sleep(0.05)
-    assert await sweep_once(pool) == 1
+    assert await eventually(lambda: sweep_once(pool)) == 1
     rows = {r["id"]: r for r in await pool.fetch("SELECT id, status, error FROM tasks")}
     assert rows[overdue]["status"] == "timed_out" and rows[overdue]["error"]["code"] == "timed_out"
     assert rows[later]["status"] == rows[never]["status"] == "queued"
@@ -38,17 +39,16 @@ async def test_overdue_tasks_time_out(pool, runtime) -> None:  # type: ignore[no
     assert await sweep_once(pool) == 0
 
 
-async def test_running_tasks_time_out_too(pool, runtime) -> None:  # type: ignore[no-untyped-def]
+async def test_running_tasks_time_out_too(pool, runtime) -> None:
     from outbox import start_task
 
     [tid] = await make(pool, runtime, [0.01])
     async with pool.acquire() as conn:
         await start_task(conn, tid)
-    await asyncio.sleep(0.05)
-    assert await sweep_once(pool) == 1
+    assert await eventually(lambda: sweep_once(pool)) == 1
 
 
-async def test_completion_racing_the_sweeper_ends_in_one_state(pool, runtime) -> None:  # type: ignore[no-untyped-def]
+async def test_completion_racing_the_sweeper_ends_in_one_state(pool, runtime) -> None:
     ids = await make(pool, runtime, [0.01] * 40)
     await asyncio.sleep(0.05)
 
@@ -65,11 +65,8 @@ async def test_completion_racing_the_sweeper_ends_in_one_state(pool, runtime) ->
     assert len(per_task) == 40 and all(r["n"] == 1 for r in per_task)
 
 
-async def test_background_sweeper(pool, runtime) -> None:  # type: ignore[no-untyped-def]
+async def test_background_sweeper(pool, runtime) -> None:
     [tid] = await make(pool, runtime, [0.2])
+    status = "SELECT status = 'timed_out' FROM tasks WHERE id=$1"
     async with sweeping(pool, 0.05):
-        for _ in range(40):
-            if await pool.fetchval("SELECT status FROM tasks WHERE id=$1", tid) == "timed_out":
-                break
-            await asyncio.sleep(0.05)
-    assert await pool.fetchval("SELECT status FROM tasks WHERE id=$1", tid) == "timed_out"
+        await eventually(lambda: pool.fetchval(status, tid))

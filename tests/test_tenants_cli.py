@@ -8,30 +8,30 @@ import pytest
 
 from outbox.tenants import authenticate
 
-from .test_cli import cli_env, hookrelay
+from .support import cli_env, run_cli
 
 pytestmark = pytest.mark.anyio
 
 
-async def test_list_then_rotate_key(pool, runtime, dsn) -> None:  # type: ignore[no-untyped-def]
+async def test_list_then_rotate_key(pool, runtime, dsn) -> None:
     env = cli_env(runtime, dsn)
-    code, out, err = await hookrelay("tenants", "list", env=env)
+    code, out, err = await run_cli("tenants", "list", env=env)
     assert code == 0, err
     assert "no tenants yet" in out
     made = []
     for name in ("acme", "globex"):
-        code, out, err = await hookrelay("tenants", "create", name, "--json", env=env)
+        code, out, err = await run_cli("tenants", "create", name, "--json", env=env)
         assert code == 0, err
         made.append(json.loads(out))
-    code, out, err = await hookrelay("tenants", "list", "--json", env=env)
+    code, out, err = await run_cli("tenants", "list", "--json", env=env)
     assert code == 0, err
     listed = [json.loads(line) for line in out.splitlines()]
     assert [t["id"] for t in listed] == [t["id"] for t in made]
     assert all(t["secretCount"] == 1 for t in listed)
-    code, out, _ = await hookrelay("tenants", "list", env=env)
+    code, out, _ = await run_cli("tenants", "list", env=env)
     assert "acme" in out and "globex" in out and made[0]["apiKey"] not in out
 
-    code, out, err = await hookrelay("tenants", "rotate-key", made[0]["id"], "--json", env=env)
+    code, out, err = await run_cli("tenants", "rotate-key", made[0]["id"], "--json", env=env)
     assert code == 0, err
     new_key = json.loads(out)["apiKey"]
     async with pool.acquire() as conn:
@@ -40,7 +40,7 @@ async def test_list_then_rotate_key(pool, runtime, dsn) -> None:  # type: ignore
         assert await authenticate(conn, made[1]["apiKey"]) == made[1]["id"]
 
 
-async def test_rotate_key_of_unknown_tenant_is_one_line(runtime, dsn) -> None:  # type: ignore[no-untyped-def]
-    code, out, err = await hookrelay("tenants", "rotate-key", "ten_nope", env=cli_env(runtime, dsn))
+async def test_rotate_key_of_unknown_tenant_is_one_line(runtime, dsn) -> None:
+    code, out, err = await run_cli("tenants", "rotate-key", "ten_nope", env=cli_env(runtime, dsn))
     assert code != 0 and out == ""
     assert len(err.strip().splitlines()) == 1 and "ten_nope" in err

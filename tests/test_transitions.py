@@ -18,7 +18,7 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-async def task_id(pool: asyncpg.Pool, runtime) -> str:  # type: ignore[no-untyped-def]
+async def task_id(pool: asyncpg.Pool, runtime) -> str:
     async with pool.acquire() as conn:
         tenant = await create_tenant(conn, "t", runtime.secret_box)
         task, _ = await create_task(
@@ -28,14 +28,17 @@ async def task_id(pool: asyncpg.Pool, runtime) -> str:  # type: ignore[no-untype
 
 
 async def outbox_rows(pool: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:
-    return await pool.fetch("SELECT * FROM outbox WHERE task_id = $1", task_id)
+    rows: list[asyncpg.Record] = await pool.fetch(
+        "SELECT * FROM outbox WHERE task_id = $1", task_id
+    )
+    return rows
 
 
 async def test_complete_writes_task_and_outbox_row(pool: asyncpg.Pool, task_id: str) -> None:
     async with pool.acquire() as conn:
         task = await complete_task(conn, task_id, "succeeded", result={"answer": 42})
     assert task.status == "succeeded" and task.version == 2 and task.completed_at
-    assert task.delivery_status == "pending" and task.event_id.startswith("evt_")
+    assert task.delivery_status == "pending" and str(task.event_id).startswith("evt_")
     rows = await outbox_rows(pool, task_id)
     assert len(rows) == 1
     row = rows[0]
@@ -120,7 +123,7 @@ async def test_unknown_task(pool: asyncpg.Pool) -> None:
             await complete_task(conn, "task_nope", "succeeded")
 
 
-async def test_other_tenant_cannot_cancel(pool: asyncpg.Pool, task_id: str, runtime) -> None:  # type: ignore[no-untyped-def]
+async def test_other_tenant_cannot_cancel(pool: asyncpg.Pool, task_id: str, runtime) -> None:
     async with pool.acquire() as conn:
         other = await create_tenant(conn, "other", runtime.secret_box)
         with pytest.raises(TaskNotFound):

@@ -11,7 +11,7 @@ import pytest
 from outbox.db import create_pool
 from service.app import create_app
 
-from .conftest import ADMIN, bearer
+from .support import ADMIN, bearer
 
 pytestmark = pytest.mark.anyio
 HOOK = "http://127.0.0.1:9/hook"
@@ -22,7 +22,7 @@ async def new_task(client: httpx.AsyncClient, key: str) -> str:
     return str(r.json()["id"])
 
 
-async def test_wait_returns_soon_after_completion(client, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_wait_returns_soon_after_completion(client, tenant) -> None:
     tid = await new_task(client, tenant["apiKey"])
     started = time.monotonic()
     poll = asyncio.create_task(
@@ -38,7 +38,7 @@ async def test_wait_returns_soon_after_completion(client, tenant) -> None:  # ty
     assert woke - completed_at < 0.5 and woke - started < 5
 
 
-async def test_wait_times_out_with_current_task(client, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_wait_times_out_with_current_task(client, tenant) -> None:
     tid = await new_task(client, tenant["apiKey"])
     started = time.monotonic()
     r = await client.get(
@@ -48,7 +48,7 @@ async def test_wait_times_out_with_current_task(client, tenant) -> None:  # type
     assert r.status_code == 200 and r.json()["status"] == "queued"
 
 
-async def test_wait_with_stale_etag_returns_at_once(client, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_wait_with_stale_etag_returns_at_once(client, tenant) -> None:
     key = bearer(tenant["apiKey"])
     tid = await new_task(client, tenant["apiKey"])
     etag = (await client.get(f"/v1/tasks/{tid}", headers=key)).headers["etag"]
@@ -62,7 +62,7 @@ async def test_wait_with_stale_etag_returns_at_once(client, tenant) -> None:  # 
 
 
 @pytest.mark.parametrize("wait", ["-1", "31", "soon"])
-async def test_bad_wait_is_400(client, tenant, wait) -> None:  # type: ignore[no-untyped-def]
+async def test_bad_wait_is_400(client, tenant, wait) -> None:
     tid = await new_task(client, tenant["apiKey"])
     r = await client.get(
         f"/v1/tasks/{tid}", params={"wait": wait}, headers=bearer(tenant["apiKey"])
@@ -70,7 +70,7 @@ async def test_bad_wait_is_400(client, tenant, wait) -> None:  # type: ignore[no
     assert r.status_code == 400
 
 
-async def test_many_waiters_share_one_listener(runtime, dsn) -> None:  # type: ignore[no-untyped-def]
+async def test_many_waiters_share_one_listener(runtime, dsn) -> None:
     # A pool of 4 connections serves 250 concurrent long polls.
     pool = await create_pool(dsn, min_size=1, max_size=4)
     app = create_app(runtime, pool=pool)

@@ -1,0 +1,177 @@
+"""What the tests share besides fixtures: credentials, waiting, backlogs, hookrelay processes.
+
+Fixtures stay in conftest.py; everything a test imports by name lives here. The process
+plumbing (ports, environment, command line) is the benchmarks' own, from bench/procs.py,
+so tests and benchmarks start hookrelay the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+
+from bench.procs import ROOT as ROOT
+from bench.procs import free_port as free_port
+from bench.procs import hookrelay, service_env
+from outbox import complete_task
+from outbox.dispatcher import Dispatcher
+from outbox.models import EventId
+from outbox.tasks import NewTask, create_task
+from outbox.tenants import NewTenant, create_tenant
+from service.runtime import Runtime
+from service.workers import make_dispatcher
+
+ADMIN_TOKEN = "test-admin-" + secrets.token_hex(8)
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def with_database(dsn: str, name: str) -> str:
+    """``dsn`` pointed at database ``name`` on the same server."""
+    return urlunsplit(urlsplit(dsn)._replace(path="/" + name))
+
+
+async def eventually(
+    predicate: Callable[[], Any], timeout: float = 10.0, *, what: str = "", every: float = 0.02
+) -> Any:
+    """Call ``predicate`` (sync or async) until it returns something truthy; return that.
+
+    In place of fixed sleeps: the test goes on as soon as the condition holds, and a
+    loaded machine gets the whole ``timeout`` before the test fails. ``every`` is the
+    pause between calls, longer for a predicate that is itself costly.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            name = what or getattr(predicate, "__qualname__", repr(predicate))
+            raise AssertionError(f"not true after {timeout:g} s: {name} (last: {value!r})")
+        await asyncio.sleep(every)
+
+
+# -- dispatching in the test's own loop --------------------------------------------------
+
+
+async def backlog(
+    pool: asyncpg.Pool, runtime: Runtime, url: str, n: int, tenant: NewTenant | None = None
+) -> tuple[NewTenant, list[EventId]]:
+    """``n`` succeeded tasks whose events wait in the outbox; returns their event ids."""
+    async with pool.acquire() as conn:
+        if tenant is None:
+            tenant = await create_tenant(conn, "acme", runtime.secret_box)
+        events = []
+        async with conn.transaction():
+            for i in range(n):
+                task, _ = await create_task(conn, tenant.id, NewTask(type="t", callback_url=url))
+                done = await complete_task(conn, task.id, "succeeded", result={"i": i})
+                assert done.event_id is not None
+                events.append(done.event_id)
+    return tenant, events
+
+
+def dispatcher(runtime: Runtime, pool: asyncpg.Pool) -> Dispatcher:
+    """A dispatcher wired exactly as ``hookrelay dispatch`` wires it."""
+    return make_dispatcher(runtime, pool)
+
+
+async def wait_drained(pool: asyncpg.Pool, timeout: float = 20.0) -> None:
+    """Until the outbox is empty; on failure, show the first rows still in it."""
+    try:
+        await eventually(lambda: outbox_empty(pool), timeout)
+    except AssertionError:
+        left = await pool.fetch("SELECT event_id, attempts, last_error FROM outbox LIMIT 5")
+        raise AssertionError(f"outbox not drained: {[dict(r) for r in left]}") from None
+
+
+async def outbox_empty(pool: asyncpg.Pool) -> bool:
+    return not await pool.fetchval("SELECT count(*) FROM outbox")
+
+
+# -- hookrelay as child processes --------------------------------------------------------
+
+
+def dispatcher_env(runtime: Runtime, dsn: str, **overrides: str) -> dict[str, str]:
+    """Fast retries and short leases, loopback allowed; ``overrides`` are HOOKRELAY_* names."""
+    s = runtime.settings
+    assert s.master_key, "the runtime fixture sets a master key"
+    fast = {
+        "data_dir": str(s.data_dir),
+        "lease_s": "2",
+        "http_timeout_s": "1",
+        "retry_base_s": "0.05",
+        "retry_cap_s": "0.2",
+        "poll_interval_s": "0.1",
+        "batch_size": "50",
+        "per_host_concurrency": "50",
+    }
+    return service_env(dsn, s.master_key, admin_token=ADMIN_TOKEN, **{**fast, **overrides})
+
+
+async def start(command: str, env: dict[str, str]) -> asyncio.subprocess.Process:
+    """``hookrelay <command>`` as a child process (stderr piped, for its logs)."""
+    return await asyncio.create_subprocess_exec(
+        *hookrelay(command),
+        env=env,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+
+async def start_dispatcher(env: dict[str, str]) -> asyncio.subprocess.Process:
+    return await start("dispatch", env)
+
+
+async def wait_for_port(port: int, proc: asyncio.subprocess.Process, timeout: float = 30) -> None:
+    """Until something accepts on ``port``; fails at once with its logs if ``proc`` exits."""
+
+    async def listening() -> bool:
+        if proc.returncode is not None:
+            err = await proc.stderr.read() if proc.stderr else b""
+            raise AssertionError(f"process exited {proc.returncode}: {err.decode()[-2000:]}")
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            return False
+        writer.close()
+        return True
+
+    await eventually(listening, timeout, what=f"something listening on {port}")
+
+
+async def run_cli(*args: str, env: dict[str, str]) -> tuple[int, str, str]:
+    """``hookrelay *args`` to completion: (exit code, stdout, stderr)."""
+    proc = await asyncio.create_subprocess_exec(
+        *hookrelay(args[0], *args[1:]),
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+def cli_env(runtime: Runtime, dsn: str) -> dict[str, str]:
+    """What an operator exports before running a ``hookrelay`` command."""
+    return {
+        "DATABASE_URL": dsn,
+        "HOOKRELAY_MASTER_KEY": runtime.settings.master_key or "",
+        "HOOKRELAY_ADMIN_TOKEN": ADMIN_TOKEN,
+        "HOOKRELAY_DATA_DIR": str(runtime.settings.data_dir),
+    }
