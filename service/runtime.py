@@ -56,13 +56,12 @@ def admin_token(settings: Settings) -> tuple[str, bool]:
 
 def prepare(settings: Settings, *, start_embedded: bool = True) -> Runtime:
     """Resolve the DSN (starting the embedded server if needed), token and key."""
-    is_embedded = settings.database_url is None
-    if is_embedded:
+    dsn = settings.database_url
+    is_embedded = dsn is None
+    if dsn is None:
         if not start_embedded:
             raise RuntimeError("DATABASE_URL is not set")
         dsn = embedded.start(settings.data_dir)
-    else:
-        dsn = settings.database_url  # type: ignore[assignment]
     token, created = admin_token(settings)
     generated = not settings.master_key and not (settings.data_dir / KEY_FILE).exists()
     key = (

@@ -18,7 +18,8 @@ from outbox.retry import RetryPolicy
 from outbox.ssrf import AddressPolicy
 from outbox.sweeper import Retention
 
-T = TypeVar("T")
+# The numeric settings: int or float, and comparable with 0.
+N = TypeVar("N", int, float)
 SECRET_FIELDS = frozenset({"admin_token", "master_key"})
 
 
@@ -35,10 +36,10 @@ def _bool(raw: str) -> bool:
     raise ValueError("expected true or false")
 
 
-def _positive(kind: Callable[[str], T]) -> Callable[[str], T]:
-    def parse(raw: str) -> T:
+def _positive(kind: Callable[[str], N]) -> Callable[[str], N]:
+    def parse(raw: str) -> N:
         value = kind(raw)
-        if not value > 0:  # type: ignore[operator]
+        if not value > 0:
             raise ValueError("must be greater than 0")
         return value
 

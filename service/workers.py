@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import asyncpg
 
@@ -45,7 +45,9 @@ def make_dispatcher(runtime: Runtime, pool: asyncpg.Pool) -> Dispatcher:
     return Dispatcher(pool, runtime.dsn, sender, runtime.secret_box, config, owns_sender=True)
 
 
-def dispatcher_background(runtime: Runtime):  # type: ignore[no-untyped-def]
+def dispatcher_background(
+    runtime: Runtime,
+) -> Callable[[asyncpg.Pool], contextlib.AbstractAsyncContextManager[Dispatcher]]:
     """A ``Background`` for :func:`service.app.create_app`."""
 
     @contextlib.asynccontextmanager
@@ -56,7 +58,9 @@ def dispatcher_background(runtime: Runtime):  # type: ignore[no-untyped-def]
     return run
 
 
-def sweeper_background(runtime: Runtime):  # type: ignore[no-untyped-def]
+def sweeper_background(
+    runtime: Runtime,
+) -> Callable[[asyncpg.Pool], contextlib.AbstractAsyncContextManager[None]]:
     """The timeout sweeper as a ``Background``."""
 
     def run(pool: asyncpg.Pool) -> contextlib.AbstractAsyncContextManager[None]:
