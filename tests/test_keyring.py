@@ -1,16 +1,19 @@
-"""The signing-key cache: a rotation is used from the first event claimed after it commits."""
+"""The signing-key cache: rotations seen at once, the TTL, the overlap, undecryptable tenants."""
 
 from __future__ import annotations
 
+import logging
+
+import asyncpg
 import pytest
 
 from outbox.dispatcher import running
 from outbox.errors import SignatureError
 from outbox.keyring import Keyring
-from outbox.signing import verify
-from outbox.tenants import create_tenant, rotate_secret
+from outbox.signing import Signer, verify
+from outbox.tenants import NewTenant, create_tenant, rotate_secret
 
-from .support import backlog, dispatcher
+from .support import backlog, dispatcher, eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -60,3 +63,93 @@ async def test_same_version_is_served_from_cache(pool, runtime) -> None:
     assert fresh is not first
     headers = fresh.headers("msg_1", 1_700_000_000, b"{}")
     verify([new], headers, b"{}", now=1_700_000_000)
+
+
+def secret_count(signer: Signer) -> int:
+    return len(signer.digests("evt_x", 0, b"{}"))
+
+
+def signs_with(signer: Signer, secret: str) -> bool:
+    return Signer([secret]).digests("evt_x", 0, b"{}")[0] in signer.digests("evt_x", 0, b"{}")
+
+
+async def corrupt_secret(pool: asyncpg.Pool, tenant_id: str) -> None:
+    """Flip one ciphertext byte: AES-GCM refuses the secret."""
+    await pool.execute(
+        "UPDATE signing_secrets SET secret_enc = set_byte(secret_enc, 20,"
+        " get_byte(secret_enc, 20) # 255) WHERE tenant_id = $1",
+        tenant_id,
+    )
+
+
+@pytest.fixture
+async def acme(pool, runtime) -> NewTenant:
+    async with pool.acquire() as conn:
+        return await create_tenant(conn, "acme", runtime.secret_box)
+
+
+async def test_an_expired_entry_is_loaded_again(pool, runtime, acme) -> None:
+    keyring = Keyring(runtime.secret_box, ttl_s=0)
+    async with pool.acquire() as conn:
+        first = (await keyring.signers(conn, {acme.id: 1}))[acme.id]
+        new = await rotate_secret(conn, acme.id, runtime.secret_box, overlap_s=3600)
+        again = (await keyring.signers(conn, {acme.id: 1}))[acme.id]
+    assert again is not first and secret_count(again) == 2
+    assert signs_with(again, new) and signs_with(again, acme.signing_secret)
+
+
+async def test_an_entry_never_outlives_the_overlap_of_its_secrets(pool, runtime, acme) -> None:
+    keyring = Keyring(runtime.secret_box, ttl_s=3600)
+    async with pool.acquire() as conn:
+        new = await rotate_secret(conn, acme.id, runtime.secret_box, overlap_s=0.5)
+        during = (await keyring.signers(conn, {acme.id: 2}))[acme.id]
+        assert secret_count(during) == 2
+
+        async def only_the_new_secret() -> bool:
+            signer = (await keyring.signers(conn, {acme.id: 2}))[acme.id]
+            return secret_count(signer) == 1 and signs_with(signer, new)
+
+        # Same version, a TTL of an hour: still the old secret stops signing once its
+        # overlap ends.
+        await eventually(only_the_new_secret, 10)
+
+
+async def test_many_tenants_in_one_call(pool, runtime, acme) -> None:
+    async with pool.acquire() as conn:
+        globex = await create_tenant(conn, "globex", runtime.secret_box)
+        signers = await Keyring(runtime.secret_box).signers(conn, {acme.id: 1, globex.id: 1})
+    assert signs_with(signers[acme.id], acme.signing_secret)
+    assert signs_with(signers[globex.id], globex.signing_secret)
+    assert not signs_with(signers[acme.id], globex.signing_secret)
+
+
+async def test_an_undecryptable_tenant_is_left_out_and_not_cached(
+    pool, runtime, acme, caplog
+) -> None:
+    keyring = Keyring(runtime.secret_box, ttl_s=3600)
+    async with pool.acquire() as conn:
+        bad = await create_tenant(conn, "globex", runtime.secret_box)
+        stored = await conn.fetchval(
+            "SELECT secret_enc FROM signing_secrets WHERE tenant_id = $1", bad.id
+        )
+        await corrupt_secret(pool, bad.id)
+        with caplog.at_level(logging.ERROR, logger="hookrelay.keyring"):
+            signers = await keyring.signers(conn, {acme.id: 1, bad.id: 1})
+        assert set(signers) == {acme.id: 1}, "the other tenant is still signed"
+        assert f"cannot decrypt signing secret of tenant {bad.id}" in caplog.text
+        assert bad.signing_secret not in caplog.text
+
+        # Repaired, it is used at once: the failure was not cached.
+        await conn.execute(
+            "UPDATE signing_secrets SET secret_enc = $2 WHERE tenant_id = $1", bad.id, stored
+        )
+        signers = await keyring.signers(conn, {acme.id: 1, bad.id: 1})
+    assert signs_with(signers[bad.id], bad.signing_secret)
+
+
+async def test_no_tenants_no_query(runtime) -> None:
+    class NoConnection:
+        def __getattr__(self, name: str) -> None:
+            raise AssertionError(f"the keyring touched the connection ({name})")
+
+    assert await Keyring(runtime.secret_box).signers(NoConnection(), {}) == {}
