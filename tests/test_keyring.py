@@ -135,7 +135,7 @@ async def test_an_undecryptable_tenant_is_left_out_and_not_cached(
         await corrupt_secret(pool, bad.id)
         with caplog.at_level(logging.ERROR, logger="hookrelay.keyring"):
             signers = await keyring.signers(conn, {acme.id: 1, bad.id: 1})
-        assert set(signers) == {acme.id: 1}, "the other tenant is still signed"
+        assert set(signers) == {acme.id}, "the other tenant is still signed"
         assert f"cannot decrypt signing secret of tenant {bad.id}" in caplog.text
         assert bad.signing_secret not in caplog.text
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 
 import asyncpg
@@ -12,7 +11,7 @@ import pytest
 from outbox.tenants import active_secrets, hash_api_key
 from service.app import create_app
 
-from .support import ADMIN, bearer
+from .support import ADMIN, bearer, eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -97,7 +96,7 @@ async def test_readyz_reports_unreachable_database(client, pool) -> None:
     assert r.status_code == 503 and r.json()["error"]["code"] == "unavailable"
 
 
-async def test_list_tenants_pages_in_creation_order(client) -> None:  # type: ignore[no-untyped-def]
+async def test_list_tenants_pages_in_creation_order(client) -> None:
     made = []
     for name in ("a", "b", "c"):
         r = await client.post("/v1/admin/tenants", json={"name": name}, headers=ADMIN)
@@ -115,19 +114,19 @@ async def test_list_tenants_pages_in_creation_order(client) -> None:  # type: ig
 
 
 @pytest.mark.parametrize("query", ["limit=0", "limit=x", "limit=1001", "cursor=%21%21"])
-async def test_list_tenants_rejects_bad_paging(client, query) -> None:  # type: ignore[no-untyped-def]
+async def test_list_tenants_rejects_bad_paging(client, query) -> None:
     r = await client.get(f"/v1/admin/tenants?{query}", headers=ADMIN)
     assert r.status_code == 400 and r.json()["error"]["code"]
 
 
-async def test_list_tenants_needs_admin(client, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_list_tenants_needs_admin(client, tenant) -> None:
     assert (
         await client.get("/v1/admin/tenants", headers=bearer(tenant["apiKey"]))
     ).status_code == 403
     assert (await client.get("/v1/admin/tenants")).status_code == 401
 
 
-async def test_rotate_key_old_key_stops_at_once_even_cached(client, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_rotate_key_old_key_stops_at_once_even_cached(client, tenant) -> None:
     old = bearer(tenant["apiKey"])
     assert (await client.get("/v1/tasks", headers=old)).status_code == 200  # now cached
     r = await client.post(f"/v1/admin/tenants/{tenant['id']}/rotate-key", headers=ADMIN)
@@ -138,7 +137,7 @@ async def test_rotate_key_old_key_stops_at_once_even_cached(client, tenant) -> N
     assert (await client.get("/v1/tasks", headers=bearer(new_key))).status_code == 200
 
 
-async def test_rotate_key_reaches_other_api_processes(client, tenant, runtime, pool) -> None:  # type: ignore[no-untyped-def]
+async def test_rotate_key_reaches_other_api_processes(client, tenant, runtime, pool) -> None:
     # A second app with its own key cache stands for another `hookrelay api`
     # process: only the NOTIFY can tell it the key changed.
     other = create_app(runtime, pool=pool)
@@ -147,7 +146,7 @@ async def test_rotate_key_reaches_other_api_processes(client, tenant, runtime, p
         async with httpx.AsyncClient(transport=transport, base_url="http://other.test") as c2:
             # Connecting clears the cache (notifications may have been missed), so
             # wait for the LISTEN before caching the key there.
-            await eventually_listening(other)
+            await eventually(lambda: other.state.key_revocations.connected, 5)
             old = bearer(tenant["apiKey"])
             assert (await c2.get("/v1/tasks", headers=old)).status_code == 200  # cached there
             r = await client.post(f"/v1/admin/tenants/{tenant['id']}/rotate-key", headers=ADMIN)
@@ -157,30 +156,13 @@ async def test_rotate_key_reaches_other_api_processes(client, tenant, runtime, p
                 return (await c2.get("/v1/tasks", headers=old)).status_code == 401
 
             # The cache would keep the key for 30 s; the NOTIFY ends it in milliseconds.
-            assert await poll(rejected, timeout=5.0)
+            await eventually(rejected, 5)
 
 
-async def test_rotate_key_unknown_tenant_and_needs_admin(client, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_rotate_key_unknown_tenant_and_needs_admin(client, tenant) -> None:
     r = await client.post("/v1/admin/tenants/ten_nope/rotate-key", headers=ADMIN)
     assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
     r = await client.post(
         f"/v1/admin/tenants/{tenant['id']}/rotate-key", headers=bearer(tenant["apiKey"])
     )
     assert r.status_code == 403
-
-
-async def eventually_listening(app) -> None:  # type: ignore[no-untyped-def]
-    # The revocation LISTEN connects in the background; wait until it is in place.
-    async def ready() -> bool:
-        return bool(app.state.key_revocations.connected)
-
-    assert await poll(ready, timeout=5.0)
-
-
-async def poll(predicate, *, timeout: float) -> bool:  # type: ignore[no-untyped-def]
-    deadline = asyncio.get_running_loop().time() + timeout
-    while asyncio.get_running_loop().time() < deadline:
-        if await predicate():
-            return True
-        await asyncio.sleep(0.02)
-    return False
