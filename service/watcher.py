@@ -22,6 +22,11 @@ class TaskWatcher:
             dsn, TASKS_CHANNEL, self._notified, on_gap=self._wake_all, name="hookrelay-watcher"
         )
 
+    @property
+    def connected(self) -> bool:
+        """Whether the LISTEN is in place. Connecting wakes every waiter once (a gap)."""
+        return self._listener.connected
+
     async def start(self) -> None:
         await self._listener.start()
 

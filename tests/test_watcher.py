@@ -11,7 +11,7 @@ import pytest
 from outbox.db import create_pool
 from service.app import create_app
 
-from .support import ADMIN, bearer
+from .support import ADMIN, bearer, eventually
 
 pytestmark = pytest.mark.anyio
 HOOK = "http://127.0.0.1:9/hook"
@@ -22,7 +22,13 @@ async def new_task(client: httpx.AsyncClient, key: str) -> str:
     return str(r.json()["id"])
 
 
-async def test_wait_returns_soon_after_completion(client, tenant) -> None:
+@pytest.fixture
+async def listening(client) -> None:
+    """Until the app's LISTEN is up: its first connect wakes every waiter, as a gap does."""
+    await eventually(lambda: client._transport.app.state.watcher.connected)
+
+
+async def test_wait_returns_soon_after_completion(client, tenant, listening) -> None:
     tid = await new_task(client, tenant["apiKey"])
     started = time.monotonic()
     poll = asyncio.create_task(
@@ -38,7 +44,7 @@ async def test_wait_returns_soon_after_completion(client, tenant) -> None:
     assert woke - completed_at < 0.5 and woke - started < 5
 
 
-async def test_wait_times_out_with_current_task(client, tenant) -> None:
+async def test_wait_times_out_with_current_task(client, tenant, listening) -> None:
     tid = await new_task(client, tenant["apiKey"])
     started = time.monotonic()
     r = await client.get(
@@ -82,6 +88,7 @@ async def test_many_waiters_share_one_listener(runtime, dsn) -> None:
                     await client.post("/v1/admin/tenants", json={"name": "w"}, headers=ADMIN)
                 ).json()
                 tid = await new_task(client, t["apiKey"])
+                await eventually(lambda: app.state.watcher.connected)
                 polls = [
                     asyncio.create_task(
                         client.get(
