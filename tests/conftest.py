@@ -13,7 +13,8 @@ import base64
 import os
 import secrets
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,14 @@ def server_dsn() -> str:
     return embedded.start(ROOT / ".hookrelay-test")
 
 
+async def drop_database(server_dsn: str, name: str) -> None:
+    conn = await asyncpg.connect(server_dsn)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
 @pytest.fixture(scope="session")
 def template_db(server_dsn: str) -> Iterator[str]:
     name = f"hookrelay_tpl_{uuid.uuid4().hex[:10]}"
@@ -73,20 +82,33 @@ def template_db(server_dsn: str) -> Iterator[str]:
         finally:
             await conn.close()
 
-    async def drop() -> None:
-        conn = await asyncpg.connect(server_dsn)
-        try:
-            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await conn.close()
-
     asyncio.run(create())
     yield name
-    asyncio.run(drop())
+    asyncio.run(drop_database(server_dsn, name))
+
+
+@pytest.fixture(scope="session")
+def dropper(server_dsn: str) -> Iterator[Callable[[str], None]]:
+    """Drops the tests' databases in a thread of its own, while the next tests run.
+
+    DROP DATABASE waits for a checkpoint, seconds on a busy server; no test needs to
+    wait for the previous one's database to be gone. All are gone when the session ends.
+    """
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dropdb") as pool:
+        pending: list[Future[None]] = []
+
+        def drop(name: str) -> None:
+            pending.append(pool.submit(lambda: asyncio.run(drop_database(server_dsn, name))))
+
+        yield drop
+        for dropped in pending:
+            dropped.result()  # a failed drop fails the session
 
 
 @pytest.fixture
-async def dsn(server_dsn: str, template_db: str) -> AsyncIterator[str]:
+async def dsn(
+    server_dsn: str, template_db: str, dropper: Callable[[str], None]
+) -> AsyncIterator[str]:
     """A fresh, migrated database for this test alone."""
     name = f"hookrelay_t_{uuid.uuid4().hex[:12]}"
     conn = await asyncpg.connect(server_dsn)
@@ -95,11 +117,7 @@ async def dsn(server_dsn: str, template_db: str) -> AsyncIterator[str]:
     finally:
         await conn.close()
     yield with_database(server_dsn, name)
-    conn = await asyncpg.connect(server_dsn)
-    try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await conn.close()
+    dropper(name)
 
 
 @pytest.fixture
