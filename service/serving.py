@@ -33,7 +33,7 @@ def uvicorn_config(app: Any, *, host: str, port: int, graceful_s: int = 5) -> uv
 def run(main: Coroutine[Any, Any, T]) -> T:
     """Run ``main`` on uvloop where it is installed, as ``uvicorn.run`` itself would.
 
-    Measured with bench/api.py: GET /v1/tasks/{id} gains about 7 %.
+    Measured with python -m bench api: GET /v1/tasks/{id} gains about 7 %.
     """
     try:
         import uvloop
