@@ -93,8 +93,9 @@ def dropper(server_dsn: str) -> Iterator[Callable[[str], None]]:
 
     DROP DATABASE waits for a checkpoint, seconds on a busy server; no test needs to
     wait for the previous one's database to be gone. All are gone when the session ends.
+    Several at once: concurrent drops wait for the same checkpoint, so they keep up.
     """
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dropdb") as pool:
+    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="dropdb") as pool:
         pending: list[Future[None]] = []
 
         def drop(name: str) -> None:
