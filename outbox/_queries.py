@@ -33,7 +33,8 @@ def _parse(text: str) -> dict[str, str]:
     fragments = {k: v for k, v in blocks.items() if k.startswith("_")}
 
     def splice(match: re.Match[str]) -> str:
-        return fragments[match.group(1)]
+        # Fragments may use fragments themselves (``_dead_filter`` uses ``_error_class``).
+        return _SPLICE.sub(splice, fragments[match.group(1)])
 
     return {k: _SPLICE.sub(splice, v) for k, v in blocks.items() if not k.startswith("_")}
 

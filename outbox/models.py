@@ -21,6 +21,9 @@ TaskStatus = Literal[LiveStatus, TerminalStatus]
 DeliveryStatus = Literal["none", "pending", "delivered", "dead"]
 Outcome = Literal["delivered", "retry", "dead"]
 CircuitState = Literal["closed", "open", "half-open"]
+AuditAction = Literal["replay", "bulk_replay", "close_circuit"]
+# Why a delivery failed, as an operator sorts it (derived from the stored error).
+ErrorClass = Literal["timeout", "dns", "tls", "connect", "blocked", "http_4xx", "http_5xx", "other"]
 
 LIVE_STATUSES: tuple[LiveStatus, ...] = get_args(LiveStatus)
 TERMINAL_STATUSES: tuple[TerminalStatus, ...] = get_args(TerminalStatus)

@@ -431,25 +431,46 @@ SELECT event_id, number, attempted_at, duration_ms, outcome, status_code, error,
  WHERE task_id = $1 AND ($2::text IS NULL OR event_id = $2)
  ORDER BY number;
 
+-- name: _error_class
+-- How an operator sorts a failure (outbox.models.ErrorClass), from the stored
+-- status code and error text; the texts are those outbox.delivery writes.
+(CASE
+   WHEN last_status_code BETWEEN 400 AND 499 THEN 'http_4xx'
+   WHEN last_status_code BETWEEN 500 AND 599 THEN 'http_5xx'
+   WHEN last_error LIKE 'destination refused:%' OR last_error LIKE 'invalid callback URL:%'
+     THEN 'blocked'
+   WHEN last_error ILIKE '%timed out%' OR last_error ILIKE '%timeout%' THEN 'timeout'
+   WHEN last_error ILIKE '%DNS%' OR last_error ILIKE '%resolv%' OR last_error ILIKE '%getaddrinfo%'
+     OR last_error ILIKE '%name or service not known%' THEN 'dns'
+   WHEN last_error ILIKE '%SSL%' OR last_error ILIKE '%TLS%' OR last_error ILIKE '%certificate%'
+     THEN 'tls'
+   WHEN last_error ILIKE '%connect%' OR last_error ILIKE '%disconnect%'
+     OR last_error ILIKE '%reset%' OR last_error ILIKE '%refused%' THEN 'connect'
+   ELSE 'other'
+ END)
+
 -- name: _dead_filter
 -- Shared filter of the dead-letter queries: $1 tenant, $2 since, $3 until,
--- $4 event type, $5 event id (each NULL = any). Only letters not yet replayed.
+-- $4 event type, $5 event id, $6 last status code, $7 error class (each NULL =
+-- any). Only letters not yet replayed.
 replayed_at IS NULL
    AND ($1::text IS NULL OR tenant_id = $1)
    AND ($2::timestamptz IS NULL OR failed_at >= $2)
    AND ($3::timestamptz IS NULL OR failed_at < $3)
    AND ($4::text IS NULL OR event_type = $4)
-   AND ($5::text IS NULL OR event_id = $5);
+   AND ($5::text IS NULL OR event_id = $5)
+   AND ($6::integer IS NULL OR last_status_code = $6)
+   AND ($7::text IS NULL OR {{_error_class}} = $7)
 
 -- name: list_dead_letters
--- Keyset on (failed_at, event_id) after the cursor ($6, $7); $8 = page size.
+-- Keyset on (failed_at, event_id) after the cursor ($8, $9); $10 = page size.
 SELECT event_id, tenant_id, task_id, event_type, callback_url, created_at, failed_at, attempts,
        last_error, last_status_code, replay_count, replayed_at, replayed_by
   FROM dead_letters
  WHERE {{_dead_filter}}
-   AND ($6::timestamptz IS NULL OR (failed_at, event_id) > ($6, $7::text))
+   AND ($8::timestamptz IS NULL OR (failed_at, event_id) > ($8, $9::text))
  ORDER BY failed_at, event_id
- LIMIT $8;
+ LIMIT $10;
 
 -- name: get_dead_letter
 SELECT event_id, tenant_id, task_id, event_type, callback_url, created_at, failed_at, attempts,
@@ -458,14 +479,14 @@ SELECT event_id, tenant_id, task_id, event_type, callback_url, created_at, faile
  WHERE event_id = $1;
 
 -- name: pick_dead_letters
--- Up to $6 matching letters to replay, row-locked for the caller's transaction.
+-- Up to $8 matching letters to replay, row-locked for the caller's transaction.
 -- FOR UPDATE SKIP LOCKED: two replays racing over the same letters split them
 -- instead of both requeueing; the outbox's unique event_id is the backstop.
 SELECT event_id, tenant_id, task_id, event_type, callback_url, host, body
   FROM dead_letters
  WHERE {{_dead_filter}}
  ORDER BY failed_at, event_id
- LIMIT $6
+ LIMIT $8
    FOR UPDATE SKIP LOCKED;
 
 -- name: purge_attempts
@@ -528,3 +549,75 @@ ON CONFLICT (host) DO NOTHING;
 -- Migration host_keys: old-style keys go; those no waiting event explained
 -- were history only, and the breaker relearns from the next failure.
 DELETE FROM destinations WHERE position('://' IN host) = 0;
+
+-- name: count_dead_letters
+-- How many letters a bulk replay by this filter would take now (the preview).
+SELECT count(*) FROM dead_letters WHERE {{_dead_filter}};
+
+-- name: ops_overview
+-- The console's headline figures. The depth is counted up to $1 rows only, so
+-- a deep backlog costs a bounded scan; the oldest due event comes from the
+-- outbox_due index.
+SELECT (SELECT count(*) FROM (SELECT 1 FROM outbox LIMIT $1) o) AS depth,
+       (SELECT now() - min(GREATEST(next_attempt_at, leased_until)) FROM outbox
+         WHERE GREATEST(next_attempt_at, leased_until) <= now()) AS oldest_due,
+       (SELECT count(*) FROM dead_letters WHERE failed_at > now() - interval '24 hours')
+         AS dead_24h,
+       (SELECT count(*) FROM destinations WHERE state <> 'closed') AS open_circuits;
+
+-- name: ops_deliveries_per_minute
+-- Attempts per minute and outcome over the last $1 minutes (delivery_attempts_time).
+SELECT date_trunc('minute', attempted_at) AS minute, outcome, count(*) AS n
+  FROM delivery_attempts
+ WHERE attempted_at > now() - make_interval(mins => $1)
+ GROUP BY 1, 2
+ ORDER BY 1;
+
+-- name: ops_event
+-- One event wherever it is: waiting in the outbox, or dead-lettered (replayed
+-- or not). A delivered event has left both; its task and attempt log remain.
+SELECT event_id, tenant_id, task_id, event_type, callback_url, body, created_at,
+       'pending' AS state, last_error, last_status_code
+  FROM outbox WHERE event_id = $1
+UNION ALL
+SELECT event_id, tenant_id, task_id, event_type, callback_url, body, created_at,
+       CASE WHEN replayed_at IS NULL THEN 'dead' ELSE 'replayed' END, last_error,
+       last_status_code
+  FROM dead_letters WHERE event_id = $1
+ LIMIT 1;
+
+-- name: ops_event_attempts
+SELECT event_id, number, attempted_at, duration_ms, outcome, status_code, error, response_prefix
+  FROM delivery_attempts
+ WHERE event_id = $1
+ ORDER BY number;
+
+-- name: ops_task_event
+-- The event of a task that has one (the terminal event's id is on the task).
+SELECT event_id FROM tasks WHERE id = $1;
+
+-- name: ops_close_circuit
+-- A manual close: the host is healthy again as far as the operator knows. Its
+-- held events become claimable at the next claim; the NOTIFY ($2, the outbox
+-- channel) wakes the dispatchers at commit.
+WITH closed AS (
+    UPDATE destinations
+       SET state = 'closed', consecutive_failures = 0, opened_at = NULL, probe_at = NULL,
+           updated_at = now()
+     WHERE host = $1 AND state <> 'closed'
+ RETURNING host)
+SELECT host, pg_notify($2, '') FROM closed;
+
+-- name: ops_audit_insert
+INSERT INTO ops_audit (actor, action, count, filter, reason)
+VALUES ($1, $2, $3, $4::jsonb, $5);
+
+-- name: ops_audit_list
+SELECT id, at, actor, action, count, filter::text, reason
+  FROM ops_audit
+ ORDER BY at DESC, id DESC
+ LIMIT $1;
+
+-- name: ops_clock
+-- clock_timestamp(), not now(): the instant of the call, outside any transaction's start.
+SELECT clock_timestamp();

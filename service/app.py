@@ -12,8 +12,9 @@ from starlette.middleware import Middleware
 
 from outbox.db import create_pool
 
-from . import openapi
+from . import console, openapi
 from .auth import KeyCache, revocations
+from .console.security import SignInThrottle
 from .errors import HANDLERS
 from .limits import HeaderLimit
 from .routes import admin, deadletters, destinations, health, metrics, tasks
@@ -66,6 +67,7 @@ def create_app(
             *deadletters.routes,
             *destinations.routes,
             *openapi.routes,
+            console.mount(runtime.admin_token),
         ],
         exception_handlers=HANDLERS,
         middleware=[Middleware(HeaderLimit)],
@@ -74,6 +76,7 @@ def create_app(
     app.state.settings = settings
     app.state.admin_token = runtime.admin_token
     app.state.key_cache = KeyCache()
+    app.state.ops_throttle = SignInThrottle()
     app.state.secret_box = runtime.secret_box
     app.state.address_policy = settings.address_policy()
     return app

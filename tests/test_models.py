@@ -11,6 +11,7 @@ import pytest
 from outbox.models import (
     LIVE_STATUSES,
     TERMINAL_STATUSES,
+    AuditAction,
     CircuitState,
     DeliveryStatus,
     Outcome,
@@ -25,6 +26,7 @@ CHECKED: dict[tuple[str, str], Any] = {
     ("tasks", "delivery_status"): DeliveryStatus,
     ("delivery_attempts", "outcome"): Outcome,
     ("destinations", "state"): CircuitState,
+    ("ops_audit", "action"): AuditAction,
 }
 
 

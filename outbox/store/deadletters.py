@@ -9,7 +9,7 @@ from typing import Any
 import asyncpg
 
 from .._queries import sql
-from ..models import EventId, TaskId, TenantId
+from ..models import ErrorClass, EventId, TaskId, TenantId
 from .events import OutboxEvent
 
 _LIST_DEAD_LETTERS = sql("list_dead_letters")
@@ -26,9 +26,19 @@ class DeadLetterFilter:
     until: datetime | None = None
     event_type: str | None = None
     event_id: str | None = None
+    status_code: int | None = None
+    error_class: ErrorClass | None = None
 
     def args(self) -> tuple[Any, ...]:
-        return (self.tenant_id, self.since, self.until, self.event_type, self.event_id)
+        return (
+            self.tenant_id,
+            self.since,
+            self.until,
+            self.event_type,
+            self.event_id,
+            self.status_code,
+            self.error_class,
+        )
 
 
 @dataclass(frozen=True, slots=True)

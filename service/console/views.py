@@ -1,0 +1,102 @@
+"""Rendering helpers: templates with autoescape, inert control characters, the chart."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+from starlette.templating import Jinja2Templates
+
+from outbox.ops import MinuteCount
+
+from .security import csrf_token, signed_in
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(value: object) -> str:
+    """Control characters (terminal escapes, bidi overrides) shown as ``\\xNN``."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value))
+
+
+_env = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+    autoescape=True,  # every value is HTML-escaped unless marked safe
+    undefined=jinja2.StrictUndefined,
+)
+_env.filters["printable"] = printable
+templates = Jinja2Templates(env=_env)
+
+
+def page(request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+    ctx = {
+        "refresh": None,
+        "notice": request.query_params.get("notice"),
+        "problem": None,
+        "q": None,
+        **context,
+    }
+    ctx["signed_in"] = signed_in(request)
+    ctx["csrf"] = csrf_token(request)
+    return templates.TemplateResponse(request, name, ctx, status_code=status_code)
+
+
+def when(ts: datetime | None) -> str:
+    return ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if ts else "–"
+
+
+def age(delta: timedelta | None) -> str:
+    if delta is None:
+        return "none due"
+    s = int(delta.total_seconds())
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60} min"
+
+
+COLOURS = {"delivered": "#1f8a4c", "retry": "#b7791f", "dead": "#c53030"}
+
+
+def chart(counts: list[MinuteCount], *, now: datetime, minutes: int = 60) -> str:
+    """Stacked bars per minute, as SVG built from numbers only (no outside text)."""
+    start = now.replace(second=0, microsecond=0) - timedelta(minutes=minutes - 1)
+    per: defaultdict[int, dict[str, int]] = defaultdict(dict)
+    for c in counts:
+        slot = int((c.minute - start).total_seconds() // 60)
+        if 0 <= slot < minutes:
+            per[slot][c.outcome] = per[slot].get(c.outcome, 0) + c.n
+    peak = max([sum(v.values()) for v in per.values()] or [1])
+    width, height, bar = minutes * 10, 150, 8
+    parts = [
+        f'<svg class="chart" viewBox="0 0 {width} {height + 12}" role="img" '
+        f'aria-label="deliveries per minute" preserveAspectRatio="none">'
+    ]
+    for slot in range(minutes):
+        y = float(height)
+        for outcome in ("delivered", "retry", "dead"):
+            n = per.get(slot, {}).get(outcome, 0)
+            if not n:
+                continue
+            h = height * n / peak
+            y -= h
+            parts.append(
+                f'<rect x="{slot * 10 + 1}" y="{y:.1f}" width="{bar}" height="{h:.1f}" '
+                f'fill="{COLOURS[outcome]}"><title>{n} {outcome}</title></rect>'
+            )
+    parts.append(f'<line x1="0" y1="{height}" x2="{width}" y2="{height}" stroke="#b8c0cc"/>')
+    parts.append(
+        f'<text x="0" y="{height + 11}" font-size="9" fill="#5d6678">-{minutes} min</text>'
+    )
+    parts.append(
+        f'<text x="{width}" y="{height + 11}" font-size="9" fill="#5d6678" '
+        f'text-anchor="end">now · peak {peak}/min</text></svg>'
+    )
+    return "".join(parts)

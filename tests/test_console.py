@@ -1,0 +1,296 @@
+"""The ops console through its HTTP surface: sign-in, CSRF, headers, filters, bulk
+replay with preview and audit, circuits, tenants, search, and inert hostile text.
+(The same flows in a real browser: tests/test_console_browser.py.)"""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+from aiohttp import web
+
+from outbox.dispatcher import running
+from outbox.ops import preview_replay
+from outbox.store.deadletters import DeadLetterFilter
+from outbox.tenants import create_tenant
+from service.console.pages import _classify
+from service.console.security import HEADERS, SignInThrottle
+
+from .conftest import ADMIN_TOKEN, bearer
+from .dispatching import backlog, dispatcher, wait_drained
+from .receiver import Receiver
+
+pytestmark = pytest.mark.anyio
+ORIGIN = {"Origin": "http://hookrelay.test"}
+HOSTILE = "<script>alert(1)</script>\x1b]0;PWNED\x07\x1b[2J"
+
+
+def csrf_of(html: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found, "no CSRF token in the page"
+    return found.group(1)
+
+
+async def signed_in(client: httpx.AsyncClient) -> str:
+    """Sign in; the CSRF token for the forms that follow."""
+    token = csrf_of((await client.get("/ops/sign-in")).text)
+    r = await client.post(
+        "/ops/sign-in", data={"csrf": token, "token": ADMIN_TOKEN}, headers=ORIGIN
+    )
+    assert r.status_code == 303 and r.headers["location"] == "/ops/overview"
+    return csrf_of((await client.get("/ops/overview")).text)
+
+
+@pytest.fixture
+async def receiver():  # type: ignore[no-untyped-def]
+    healthy = {"ok": False}
+
+    async def endpoint(request: web.Request, rx: Receiver) -> web.StreamResponse:
+        if healthy["ok"]:
+            return web.Response(status=204)
+        return web.Response(status=500, text=HOSTILE)
+
+    rx = await Receiver(behaviour=endpoint).start()
+    rx.state["healthy"] = healthy
+    yield rx
+    await rx.stop()
+
+
+@pytest.fixture
+async def dead(pool, runtime, receiver):  # type: ignore[no-untyped-def]
+    """Three dead events of tenant A (HTTP 500 with hostile text), two of tenant B."""
+    a, a_events = await backlog(pool, runtime, receiver.url, 3)
+    async with pool.acquire() as conn:
+        b = await create_tenant(conn, "b", runtime.secret_box)
+    _, b_events = await backlog(pool, runtime, receiver.url, 2, b)
+    async with running(dispatcher(runtime, pool)):
+        await wait_drained(pool)
+    assert await pool.fetchval("SELECT count(*) FROM dead_letters") == 5
+    return {"a": (a, a_events), "b": (b, b_events)}
+
+
+async def test_pages_need_sign_in_and_carry_strict_headers(client) -> None:  # type: ignore[no-untyped-def]
+    for path in ("/ops/overview", "/ops/dead-letters", "/ops/tenants", "/ops/audit"):
+        r = await client.get(path)
+        assert r.status_code == 303 and r.headers["location"] == "/ops/sign-in", path
+    r = await client.get("/ops/sign-in")
+    assert r.status_code == 200 and "text/html" in r.headers["content-type"]
+    for name, value in HEADERS.items():
+        assert r.headers[name] == value
+    assert "'unsafe-inline'" not in r.headers["content-security-policy"]
+    assert "<script>" not in r.text  # the one script is an external file of ours
+    css = await client.get("/ops/static/ops.css")
+    assert css.status_code == 200 and "@import" not in css.text and "url(http" not in css.text
+
+
+async def test_sign_in_cookie_csrf_and_sign_out(client) -> None:  # type: ignore[no-untyped-def]
+    token = csrf_of((await client.get("/ops/sign-in")).text)
+    wrong = await client.post("/ops/sign-in", data={"csrf": token, "token": "x"}, headers=ORIGIN)
+    assert wrong.status_code == 401 and "not the admin token" in wrong.text
+    forged = await client.post(
+        "/ops/sign-in",
+        data={"csrf": token, "token": ADMIN_TOKEN},
+        headers={"Origin": "http://evil.example"},
+    )
+    assert forged.status_code == 400
+    stale = await client.post(
+        "/ops/sign-in", data={"csrf": "nope", "token": ADMIN_TOKEN}, headers=ORIGIN
+    )
+    assert stale.status_code == 400
+    r = await client.post(
+        "/ops/sign-in", data={"csrf": token, "token": ADMIN_TOKEN}, headers=ORIGIN
+    )
+    assert r.status_code == 303
+    cookie = r.headers["set-cookie"].lower()
+    assert "httponly" in cookie and "samesite=strict" in cookie and "path=/ops" in cookie
+    page = await client.get("/ops/overview")
+    assert page.status_code == 200 and "events in the outbox" in page.text
+    assert "<svg" in page.text and 'data-refresh="10"' in page.text
+    out = await client.post("/ops/sign-out", data={"csrf": csrf_of(page.text)}, headers=ORIGIN)
+    assert out.status_code == 303
+    assert (await client.get("/ops/overview")).status_code == 303
+
+
+async def test_failed_sign_ins_slow_down() -> None:
+    throttle = SignInThrottle(base_s=0.0001, cap_s=0.0008)
+    delays = []
+    for _ in range(6):
+        await throttle.failed("10.0.0.1")
+        delays.append(throttle.delay_s("10.0.0.1"))
+    assert delays == sorted(delays) and delays[0] < delays[3] and delays[-1] == 0.0008
+    assert throttle.delay_s("10.0.0.2") == 0.0
+    throttle.succeeded("10.0.0.1")
+    assert throttle.delay_s("10.0.0.1") == 0.0
+
+
+async def test_filter_preview_bulk_replay_audit(client, pool, runtime, dead, receiver) -> None:  # type: ignore[no-untyped-def]
+    csrf = await signed_in(client)
+    a, a_events = dead["a"]
+    listing = await client.get("/ops/dead-letters", params={"tenant": a.id})
+    assert all(e in listing.text for e in a_events)
+    assert not any(e in listing.text for e in dead["b"][1])
+    by_class = await client.get("/ops/dead-letters", params={"errorClass": "http_5xx"})
+    assert by_class.text.count('name="eventId"') == 5
+    none = await client.get("/ops/dead-letters", params={"status": "404"})
+    assert 'name="eventId"' not in none.text
+    bad = await client.get("/ops/dead-letters", params={"errorClass": "nope"})
+    assert bad.status_code == 400
+
+    form = {"csrf": csrf, "tenant": a.id, "reason": "partner fixed it (INC-7)"}
+    preview = await client.post("/ops/dead-letters/preview", data=form, headers=ORIGIN)
+    assert preview.status_code == 200 and "Would replay <b>3</b>" in preview.text
+    assert await pool.fetchval("SELECT count(*) FROM dead_letters WHERE replayed_at IS NULL") == 5
+    unconfirmed = await client.post("/ops/dead-letters/bulk-replay", data=form, headers=ORIGIN)
+    assert unconfirmed.status_code == 400
+    no_reason = {**form, "reason": "", "confirm": "yes"}
+    r = await client.post("/ops/dead-letters/bulk-replay", data=no_reason, headers=ORIGIN)
+    assert r.status_code == 400
+    no_csrf = {**form, "csrf": "", "confirm": "yes"}
+    r = await client.post("/ops/dead-letters/bulk-replay", data=no_csrf, headers=ORIGIN)
+    assert r.status_code == 400
+    assert await pool.fetchval("SELECT count(*) FROM outbox") == 0  # nothing replayed yet
+
+    receiver.state["healthy"]["ok"] = True
+    r = await client.post(
+        "/ops/dead-letters/bulk-replay", data={**form, "confirm": "yes"}, headers=ORIGIN
+    )
+    assert r.status_code == 303 and "Replayed+3" in r.headers["location"]
+    async with running(dispatcher(runtime, pool)):
+        await wait_drained(pool)
+    delivered = await pool.fetch(
+        "SELECT DISTINCT event_id FROM delivery_attempts WHERE outcome = 'delivered'"
+    )
+    assert {r["event_id"] for r in delivered} == set(a_events)
+    row = await pool.fetchrow("SELECT * FROM ops_audit")
+    assert (row["action"], row["count"], row["reason"]) == ("bulk_replay", 3, form["reason"])
+    assert a.id in row["filter"]
+    audit = await client.get("/ops/audit")
+    assert "INC-7" in audit.text and "bulk_replay" in audit.text
+
+
+async def test_replay_selected_is_audited(client, pool, dead, receiver) -> None:  # type: ignore[no-untyped-def]
+    csrf = await signed_in(client)
+    picked = dead["b"][1]
+    r = await client.post(
+        "/ops/dead-letters/replay",
+        data={"csrf": csrf, "eventId": picked, "reason": "retry b"},
+        headers=ORIGIN,
+    )
+    assert r.status_code == 303
+    assert await pool.fetchval("SELECT count(*) FROM outbox") == 2
+    row = await pool.fetchrow("SELECT action, count, reason FROM ops_audit")
+    assert tuple(row) == ("replay", 2, "retry b")
+
+
+async def test_event_page_shows_hostile_text_inert(client, dead) -> None:  # type: ignore[no-untyped-def]
+    await signed_in(client)
+    event_id = dead["a"][1][0]
+    r = await client.get(f"/ops/events/{event_id}")
+    assert r.status_code == 200
+    assert "<script>alert(1)</script>" not in r.text and "\x1b" not in r.text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;\\x1b]0;PWNED\\x07" in r.text
+    assert r.text.count('class="n">#') == 3  # the attempt timeline
+    assert "&#34;type&#34;: &#34;task.succeeded&#34;" in r.text  # the stored body, pretty
+    task_id = re.search(r'href="/ops/tasks/(task_\w+)"', r.text)
+    assert task_id
+    t = await client.get(f"/ops/tasks/{task_id.group(1)}")
+    assert t.status_code == 200 and event_id in t.text
+    assert (await client.get("/ops/events/evt_nope")).status_code == 404
+    assert (await client.get("/ops/tasks/task_nope")).status_code == 404
+
+
+async def test_close_circuit_is_audited(client, pool) -> None:  # type: ignore[no-untyped-def]
+    csrf = await signed_in(client)
+    host = "http://203.0.113.9:80"
+    await pool.execute(
+        "INSERT INTO destinations (host, state, consecutive_failures, last_error, opened_at,"
+        " probe_at) VALUES ($1, 'open', 12, $2, now(), now() + interval '30 s')",
+        host,
+        HOSTILE,
+    )
+    page = await client.get("/ops/destinations")
+    assert "Close circuit now" in page.text and "<script>alert" not in page.text
+    r = await client.post(
+        "/ops/destinations/close", data={"csrf": csrf, "host": host}, headers=ORIGIN
+    )
+    assert r.status_code == 400  # a reason is required
+    r = await client.post(
+        "/ops/destinations/close",
+        data={"csrf": csrf, "host": host, "reason": "receiver back"},
+        headers=ORIGIN,
+    )
+    assert r.status_code == 303
+    state = await pool.fetchrow("SELECT state, consecutive_failures FROM destinations")
+    assert tuple(state) == ("closed", 0)
+    row = await pool.fetchrow("SELECT action, filter, reason FROM ops_audit")
+    assert row["action"] == "close_circuit" and host in row["filter"]
+
+
+async def test_tenants_create_and_rotate_key_show_once(client) -> None:  # type: ignore[no-untyped-def]
+    csrf = await signed_in(client)
+    r = await client.post(
+        "/ops/tenants", data={"csrf": csrf, "name": "<b>acme</b>"}, headers=ORIGIN
+    )
+    assert r.status_code == 200 and "Shown once" in r.text and "&lt;b&gt;acme" in r.text
+    key = re.search(r"<code>(hr_[^<]+)</code>", r.text)
+    tenant_id = re.search(r"<code>(ten_\w+)</code>", r.text)
+    assert key and tenant_id
+    assert (await client.get("/v1/tasks", headers=bearer(key.group(1)))).status_code == 200
+    listing = await client.get("/ops/tenants")
+    assert tenant_id.group(1) in listing.text and key.group(1) not in listing.text
+    r = await client.post(
+        f"/ops/tenants/{tenant_id.group(1)}/rotate-key", data={"csrf": csrf}, headers=ORIGIN
+    )
+    new_key = re.search(r"<code>(hr_[^<]+)</code>", r.text)
+    assert new_key and new_key.group(1) != key.group(1)
+    assert (await client.get("/v1/tasks", headers=bearer(key.group(1)))).status_code == 401
+    r = await client.post(
+        f"/ops/tenants/{tenant_id.group(1)}/rotate-secret", data={"csrf": csrf}, headers=ORIGIN
+    )
+    assert r.status_code == 200 and "whsec_" in r.text
+
+
+async def test_search_goes_to_the_page(client) -> None:  # type: ignore[no-untyped-def]
+    await signed_in(client)
+    for q, where in (
+        ("task_abc", "/ops/tasks/task_abc"),
+        ("evt_abc", "/ops/events/evt_abc"),
+        ("ten_abc", "/ops/dead-letters?tenant=ten_abc"),
+    ):
+        r = await client.get("/ops/search", params={"q": q})
+        assert r.status_code == 303 and r.headers["location"] == where
+    assert (await client.get("/ops/search", params={"q": "what"})).status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "expected"),
+    [
+        (503, "HTTP 503", "http_5xx"),
+        (404, "HTTP 404", "http_4xx"),
+        (None, "timed out after 10s", "timeout"),
+        (None, "ClientConnectorDNSError: Cannot connect to host x:443 ssl:default [DNS]", "dns"),
+        (None, "ClientConnectorCertificateError: certificate verify failed", "tls"),
+        (None, "ClientConnectorError: Cannot connect to host 127.0.0.1:1", "connect"),
+        (None, "destination refused: 10.0.0.1 is private", "blocked"),
+        (None, "something else", "other"),
+    ],
+)
+async def test_error_classes_agree_in_sql_and_python(
+    pool, runtime, status, error, expected
+) -> None:  # type: ignore[no-untyped-def]
+    async with pool.acquire() as conn:
+        t = await create_tenant(conn, "c", runtime.secret_box)
+    await pool.execute(
+        "INSERT INTO dead_letters (event_id, tenant_id, task_id, event_type, callback_url, host,"
+        " body, created_at, attempts, last_error, last_status_code)"
+        " VALUES ('evt_x', $1, 'task_x', 'task.failed', 'http://h/', 'http://h:80', '{}', now(),"
+        " 1, $2, $3)",
+        t.id,
+        error,
+        status,
+    )
+    async with pool.acquire() as conn:
+        assert await preview_replay(conn, DeadLetterFilter(error_class=expected)) == 1
+        letter = await pool.fetchrow("SELECT last_error, last_status_code FROM dead_letters")
+    assert _classify(type("L", (), dict(letter))()) == expected
