@@ -76,8 +76,8 @@ def chart(counts: list[MinuteCount], *, now: datetime, minutes: int = 60) -> str
     peak = max([sum(v.values()) for v in per.values()] or [1])
     width, height, bar = minutes * 10, 150, 8
     parts = [
-        f'<svg class="chart" viewBox="0 0 {width} {height + 12}" role="img" '
-        f'aria-label="deliveries per minute" preserveAspectRatio="none">'
+        f'<svg class="chart" viewBox="0 0 {width} {height + 2}" role="img" '
+        f'aria-label="deliveries per minute, peak {peak}" preserveAspectRatio="none">'
     ]
     for slot in range(minutes):
         y = float(height)
@@ -92,11 +92,5 @@ def chart(counts: list[MinuteCount], *, now: datetime, minutes: int = 60) -> str
                 f'fill="{COLOURS[outcome]}"><title>{n} {outcome}</title></rect>'
             )
     parts.append(f'<line x1="0" y1="{height}" x2="{width}" y2="{height}" stroke="#b8c0cc"/>')
-    parts.append(
-        f'<text x="0" y="{height + 11}" font-size="9" fill="#5d6678">-{minutes} min</text>'
-    )
-    parts.append(
-        f'<text x="{width}" y="{height + 11}" font-size="9" fill="#5d6678" '
-        f'text-anchor="end">now · peak {peak}/min</text></svg>'
-    )
+    parts.append("</svg>")
     return "".join(parts)
