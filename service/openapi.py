@@ -325,6 +325,13 @@ def spec() -> Schema:
                     errors=(401, 403, 404),
                 )
             },
+            "/ops": {
+                "get": {
+                    "summary": "The operations console (HTML); sign in with the admin token",
+                    "security": [],
+                    "responses": {"303": {"description": "to the sign-in page or the overview"}},
+                }
+            },
             "/v1/admin/dead-letters": {
                 "get": _op(
                     "Dead letters (admin)",
