@@ -17,9 +17,8 @@ from outbox.tenants import create_tenant
 from service.console.pages import _classify
 from service.console.security import HEADERS, SignInThrottle
 
-from .conftest import ADMIN_TOKEN, bearer
-from .dispatching import backlog, dispatcher, wait_drained
 from .receiver import Receiver
+from .support import ADMIN_TOKEN, backlog, bearer, dispatcher, wait_drained
 
 pytestmark = pytest.mark.anyio
 ORIGIN = {"Origin": "http://hookrelay.test"}
@@ -43,7 +42,7 @@ async def signed_in(client: httpx.AsyncClient) -> str:
 
 
 @pytest.fixture
-async def receiver():  # type: ignore[no-untyped-def]
+async def receiver():
     healthy = {"ok": False}
 
     async def endpoint(request: web.Request, rx: Receiver) -> web.StreamResponse:
@@ -58,7 +57,7 @@ async def receiver():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-async def dead(pool, runtime, receiver):  # type: ignore[no-untyped-def]
+async def dead(pool, runtime, receiver):
     """Three dead events of tenant A (HTTP 500 with hostile text), two of tenant B."""
     a, a_events = await backlog(pool, runtime, receiver.url, 3)
     async with pool.acquire() as conn:
@@ -70,7 +69,7 @@ async def dead(pool, runtime, receiver):  # type: ignore[no-untyped-def]
     return {"a": (a, a_events), "b": (b, b_events)}
 
 
-async def test_pages_need_sign_in_and_carry_strict_headers(client) -> None:  # type: ignore[no-untyped-def]
+async def test_pages_need_sign_in_and_carry_strict_headers(client) -> None:
     for path in ("/ops/overview", "/ops/dead-letters", "/ops/tenants", "/ops/audit"):
         r = await client.get(path)
         assert r.status_code == 303 and r.headers["location"] == "/ops/sign-in", path
@@ -84,7 +83,7 @@ async def test_pages_need_sign_in_and_carry_strict_headers(client) -> None:  # t
     assert css.status_code == 200 and "@import" not in css.text and "url(http" not in css.text
 
 
-async def test_sign_in_cookie_csrf_and_sign_out(client) -> None:  # type: ignore[no-untyped-def]
+async def test_sign_in_cookie_csrf_and_sign_out(client) -> None:
     token = csrf_of((await client.get("/ops/sign-in")).text)
     wrong = await client.post("/ops/sign-in", data={"csrf": token, "token": "x"}, headers=ORIGIN)
     assert wrong.status_code == 401 and "not the admin token" in wrong.text
@@ -124,7 +123,7 @@ async def test_failed_sign_ins_slow_down() -> None:
     assert throttle.delay_s("10.0.0.1") == 0.0
 
 
-async def test_filter_preview_bulk_replay_audit(client, pool, runtime, dead, receiver) -> None:  # type: ignore[no-untyped-def]
+async def test_filter_preview_bulk_replay_audit(client, pool, runtime, dead, receiver) -> None:
     csrf = await signed_in(client)
     a, a_events = dead["a"]
     listing = await client.get("/ops/dead-letters", params={"tenant": a.id})
@@ -169,7 +168,7 @@ async def test_filter_preview_bulk_replay_audit(client, pool, runtime, dead, rec
     assert "INC-7" in audit.text and "bulk_replay" in audit.text
 
 
-async def test_replay_selected_is_audited(client, pool, dead, receiver) -> None:  # type: ignore[no-untyped-def]
+async def test_replay_selected_is_audited(client, pool, dead, receiver) -> None:
     csrf = await signed_in(client)
     picked = dead["b"][1]
     r = await client.post(
@@ -183,7 +182,7 @@ async def test_replay_selected_is_audited(client, pool, dead, receiver) -> None:
     assert tuple(row) == ("replay", 2, "retry b")
 
 
-async def test_event_page_shows_hostile_text_inert(client, dead) -> None:  # type: ignore[no-untyped-def]
+async def test_event_page_shows_hostile_text_inert(client, dead) -> None:
     await signed_in(client)
     event_id = dead["a"][1][0]
     r = await client.get(f"/ops/events/{event_id}")
@@ -200,7 +199,7 @@ async def test_event_page_shows_hostile_text_inert(client, dead) -> None:  # typ
     assert (await client.get("/ops/tasks/task_nope")).status_code == 404
 
 
-async def test_close_circuit_is_audited(client, pool) -> None:  # type: ignore[no-untyped-def]
+async def test_close_circuit_is_audited(client, pool) -> None:
     csrf = await signed_in(client)
     host = "http://203.0.113.9:80"
     await pool.execute(
@@ -227,7 +226,7 @@ async def test_close_circuit_is_audited(client, pool) -> None:  # type: ignore[n
     assert row["action"] == "close_circuit" and host in row["filter"]
 
 
-async def test_tenants_create_and_rotate_key_show_once(client) -> None:  # type: ignore[no-untyped-def]
+async def test_tenants_create_and_rotate_key_show_once(client) -> None:
     csrf = await signed_in(client)
     r = await client.post(
         "/ops/tenants", data={"csrf": csrf, "name": "<b>acme</b>"}, headers=ORIGIN
@@ -251,7 +250,7 @@ async def test_tenants_create_and_rotate_key_show_once(client) -> None:  # type:
     assert r.status_code == 200 and "whsec_" in r.text
 
 
-async def test_search_goes_to_the_page(client) -> None:  # type: ignore[no-untyped-def]
+async def test_search_goes_to_the_page(client) -> None:
     await signed_in(client)
     for q, where in (
         ("task_abc", "/ops/tasks/task_abc"),
@@ -278,7 +277,7 @@ async def test_search_goes_to_the_page(client) -> None:  # type: ignore[no-untyp
 )
 async def test_error_classes_agree_in_sql_and_python(
     pool, runtime, status, error, expected
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     async with pool.acquire() as conn:
         t = await create_tenant(conn, "c", runtime.secret_box)
     await pool.execute(

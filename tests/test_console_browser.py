@@ -13,15 +13,23 @@ import os
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 from aiohttp import web
 
-from .conftest import ADMIN, ADMIN_TOKEN, ROOT, bearer
-from .processes import dispatcher_env, free_port, start, wait_for_port
 from .receiver import Receiver
+from .support import (
+    ADMIN,
+    ADMIN_TOKEN,
+    ROOT,
+    bearer,
+    dispatcher_env,
+    eventually,
+    free_port,
+    start,
+    wait_for_port,
+)
 from .test_console import HOSTILE
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -38,7 +46,7 @@ if CHROMIUM is None:
 
 
 @pytest.fixture
-async def serve(runtime, dsn) -> AsyncIterator[str]:  # type: ignore[no-untyped-def]
+async def serve(runtime, dsn) -> AsyncIterator[str]:
     port = free_port()
     env = dispatcher_env(
         runtime, dsn, port=str(port), host="127.0.0.1", max_attempts="3", retry_base_s="0.05"
@@ -67,16 +75,6 @@ async def partner() -> AsyncIterator[Receiver]:
     await rx.stop()
 
 
-async def _eventually(check: Any, timeout: float = 30.0) -> None:
-    import asyncio
-
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.1)
-
-
 def _shots(tmp_path: Path) -> Path:
     where = os.environ.get("HOOKRELAY_OPS_SCREENSHOTS")
     path = (ROOT / where) if where else tmp_path
@@ -84,7 +82,7 @@ def _shots(tmp_path: Path) -> Path:
     return path
 
 
-async def test_operator_finds_understands_and_replays(serve, partner, pool, tmp_path) -> None:  # type: ignore[no-untyped-def]
+async def test_operator_finds_understands_and_replays(serve, partner, pool, tmp_path) -> None:
     shots = _shots(tmp_path)
     async with httpx.AsyncClient(base_url=serve) as api:
         tenant = (
@@ -112,7 +110,7 @@ async def test_operator_finds_understands_and_replays(serve, partner, pool, tmp_
             ]
             return all(t["delivery"]["status"] == "dead" for t in got)
 
-        await _eventually(all_dead)
+        await eventually(all_dead, 30.0, every=0.1)
         event_id = (
             await api.get(f"/v1/tasks/{tasks[0]}", headers=bearer(tenant["apiKey"]))
         ).json()["delivery"]["eventId"]
@@ -168,7 +166,7 @@ async def test_operator_finds_understands_and_replays(serve, partner, pool, tmp_
                 ]
                 return all(t["delivery"]["status"] == "delivered" for t in got)
 
-            await _eventually(all_delivered)
+            await eventually(all_delivered, 30.0, every=0.1)
             await page.goto(f"{serve}/ops/events/{event_id}")
             assert await page.locator("ol.timeline li.delivered").count() == 1
 
