@@ -26,9 +26,11 @@ from .circuit import BreakerPolicy, take_probes
 from .crypto import SecretBox
 from .db import TRANSIENT_ERRORS
 from .delivery import AttemptLimits, AttemptResult, attempt
+from .errors import LocalFault
 from .http import Sender
 from .keyring import Keyring
 from .listener import Listener
+from .localfaults import DEFER_S, FaultReporter
 from .masterkey import key_matches
 from .recorder import Recorder
 from .retry import RetryPolicy
@@ -97,6 +99,7 @@ class Dispatcher:
         self._per_host: Counter[str] = Counter()
         self._low_water = max(1, min(config.batch_size, config.concurrency) // 4)
         self._next_probe_check = 0.0
+        self._faults = FaultReporter(self.counters)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -242,14 +245,22 @@ class Dispatcher:
 
     async def _deliver(self, event: ClaimedEvent, signer: Signer) -> None:
         try:
-            result = await attempt(
-                self.sender,
-                event,
-                signer,
-                self.config.policy,
-                self.config.addresses,
-                self.config.limits,
-            )
+            try:
+                result = await attempt(
+                    self.sender,
+                    event,
+                    signer,
+                    self.config.policy,
+                    self.config.addresses,
+                    self.config.limits,
+                )
+            except LocalFault as fault:
+                await self._give_back(event, fault)
+                return
+            except Exception as exc:  # a bug of ours is not the receiver's fault either
+                log.exception("attempt failed unexpectedly", extra={"event_id": event.event_id})
+                await self._give_back(event, LocalFault("bug", f"{type(exc).__name__}: {exc}"))
+                return
             self.recorder.add(result)
             log.debug(
                 "attempt %s",
@@ -262,6 +273,17 @@ class Dispatcher:
             if self._per_host[event.host] <= 0:
                 del self._per_host[event.host]
             self._wake.set()
+
+    async def _give_back(self, event: ClaimedEvent, fault: LocalFault) -> None:
+        """Our fault, not the receiver's: the row goes back unspent (``outbox.localfaults``)."""
+        self._faults.report(fault, event.event_id)
+        try:
+            async with self.pool.acquire() as conn:
+                await delivery.defer_leases(
+                    conn, ids=[event.id], token=event.token, delay_s=DEFER_S
+                )
+        except Exception as exc:  # the lease runs out by itself
+            log.warning("could not give back event %s: %s", event.event_id, exc)
 
 
 @contextlib.asynccontextmanager

@@ -17,6 +17,8 @@ The tree::
     ├── InvalidCallbackUrl         a callback URL is malformed (also a ValueError)
     ├── BlockedDestination         a callback URL points where we must not connect
     ├── TransportError             an HTTP exchange with a receiver failed
+    │   └── LookupFailed           the receiver's name did not resolve (in time)
+    ├── LocalFault                 our own side failed (resolver, file descriptors, pool)
     ├── SignatureError             a received webhook failed verification (also a ValueError)
     └── ConfigurationError         a bad key, secret or setting
 
@@ -27,7 +29,7 @@ one. service/errors.py maps each of them to one HTTP answer.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 
 class OutboxError(Exception):
@@ -115,6 +117,29 @@ class BlockedDestination(OutboxError):
 
 class TransportError(OutboxError):
     """Connecting to a receiver, or reading its answer, failed: worth retrying."""
+
+
+class LookupFailed(TransportError):
+    """A destination's name could not be resolved: no such name, or no answer in time."""
+
+    def __init__(self, host: str, reason: str) -> None:
+        super().__init__(f"DNS lookup of {host} failed: {reason}")
+        self.host = host
+        self.reason = reason
+
+
+LocalFaultKind = Literal[
+    "resolver_unavailable", "out_of_fds", "out_of_memory", "no_local_ports", "pool_closed", "bug"
+]
+
+
+class LocalFault(OutboxError):
+    """Our own side failed, not the receiver: the attempt is not charged to the event."""
+
+    def __init__(self, kind: LocalFaultKind, detail: str) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind: LocalFaultKind = kind
+        self.detail = detail
 
 
 class SignatureError(OutboxError, ValueError):

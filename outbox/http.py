@@ -8,20 +8,23 @@ request and header models; aiohttp alone removes that layer (BENCHMARKS.md).
 :class:`HttpxSender` wraps any ``httpx.AsyncClient``, so unit tests drive the
 delivery rules with respx.
 
-Both raise :class:`~outbox.errors.TransportError` for a failed exchange and
-:class:`~outbox.errors.BlockedDestination` when the SSRF guard refuses.
+Both raise :class:`~outbox.errors.TransportError` for a failed exchange,
+:class:`~outbox.errors.BlockedDestination` when the SSRF guard refuses, and
+:class:`~outbox.errors.LocalFault` when the fault is ours (``outbox.localfaults``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import aiohttp
 import httpx
 
-from .errors import BlockedDestination, TransportError
+from .dns import DELIVERY_TIMEOUT_S, AiohttpResolver, Resolver
+from .errors import BlockedDestination, LocalFault, TransportError
+from .localfaults import as_local_fault
 from .ssrf import AddressPolicy, GuardedConnector, blocked_reason
 
 USER_AGENT = "hookrelay/0.1 (+https://www.standardwebhooks.com)"
@@ -40,10 +43,13 @@ class Sender(Protocol):
     async def aclose(self) -> None: ...
 
 
-def _mapped(exc: Exception) -> BlockedDestination | TransportError:
+def _mapped(exc: Exception) -> BlockedDestination | TransportError | LocalFault:
     reason = blocked_reason(exc)
     if reason is not None:
         return BlockedDestination(reason)
+    local = as_local_fault(exc)
+    if local is not None:
+        return local
     return TransportError(f"{type(exc).__name__}: {exc}"[:500])
 
 
@@ -57,8 +63,10 @@ class AiohttpSender:
         concurrency: int,
         per_host: int,
         connect_timeout_s: float,
+        resolver: Resolver | None = None,
     ) -> None:
         self._addresses = addresses
+        self._resolver = resolver if resolver is not None else Resolver()
         self._limits = (concurrency, per_host)
         # The whole attempt runs under the caller's deadline; only connecting
         # has a shorter one of its own.
@@ -67,10 +75,14 @@ class AiohttpSender:
 
     def _open(self) -> aiohttp.ClientSession:
         concurrency, per_host = self._limits
-        # GuardedConnector checks every address it dials, IP literals included,
-        # and each DNS answer before it is cached, so the cache is safe to keep.
+        # GuardedConnector checks every address it dials, IP literals included.
+        # aiohttp's own DNS cache is off: ours honours TTLs and has a deadline.
         connector = GuardedConnector(
-            self._addresses, limit=concurrency, limit_per_host=per_host, ttl_dns_cache=30
+            self._addresses,
+            resolver=AiohttpResolver(self._resolver),
+            limit=concurrency,
+            limit_per_host=per_host,
+            use_dns_cache=False,
         )
         # trust_env=False: proxies from the environment are ignored, or the
         # guard would check the proxy instead of the destination.
@@ -99,10 +111,13 @@ class AiohttpSender:
                 return Reply(response.status, response.headers, bytes(raw))
         except (aiohttp.ClientError, OSError) as exc:
             raise _mapped(exc) from exc
+        except RuntimeError as exc:  # "Session is closed": the pool went away under us
+            raise LocalFault("pool_closed", str(exc)) from exc
 
     async def aclose(self) -> None:
         if self._session is not None:
             await self._session.close()
+        await self._resolver.close()
 
 
 class HttpxSender:
@@ -130,9 +145,19 @@ class HttpxSender:
 
 
 def build_sender(
-    addresses: AddressPolicy, *, concurrency: int, per_host: int, connect_timeout_s: float
+    addresses: AddressPolicy,
+    *,
+    concurrency: int,
+    per_host: int,
+    connect_timeout_s: float,
+    dns_timeout_s: float = DELIVERY_TIMEOUT_S,
+    nameservers: Sequence[str] = (),
 ) -> Sender:
-    """The production sender."""
+    """The production sender, with its own resolver (the delivery DNS budget)."""
     return AiohttpSender(
-        addresses, concurrency=concurrency, per_host=per_host, connect_timeout_s=connect_timeout_s
+        addresses,
+        concurrency=concurrency,
+        per_host=per_host,
+        connect_timeout_s=connect_timeout_s,
+        resolver=Resolver(timeout_s=dns_timeout_s, nameservers=nameservers),
     )

@@ -15,3 +15,9 @@ ATTEMPT_SECONDS = Histogram(
     "Duration of one delivery attempt",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30),
 )
+LOCAL_FAULTS = Counter(
+    "hookrelay_local_faults",
+    "Attempts abandoned for a fault of our own (resolver, file descriptors, HTTP pool, bug); "
+    "the event was given back without spending an attempt",
+    ["kind"],
+)

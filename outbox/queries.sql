@@ -621,3 +621,11 @@ SELECT id, at, actor, action, count, filter::text, reason
 -- name: ops_clock
 -- clock_timestamp(), not now(): the instant of the call, outside any transaction's start.
 SELECT clock_timestamp();
+
+-- name: defer_leases
+-- A local fault (our resolver, file descriptors, HTTP pool): rows go back with
+-- their attempt budget unspent, due again in $3 s so that a fault that
+-- persists does not turn into a claim-fail-release loop. Fenced on the token.
+UPDATE outbox
+   SET leased_until = now() + make_interval(secs => $3), lease_token = NULL, lease_owner = NULL
+ WHERE id = ANY($1::bigint[]) AND lease_token = $2;

@@ -6,11 +6,9 @@ miss several ranges), after unwrapping any IPv4 address embedded in an IPv6 one.
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import re
 import socket
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -20,6 +18,7 @@ import aiohttp
 import idna
 from aiohttp.abc import AbstractResolver, ResolveResult
 
+from outbox.dns import AiohttpResolver, Resolver
 from outbox.errors import BlockedDestination, ConfigurationError, InvalidCallbackUrl
 from outbox.hostkey import (
     DEFAULT_PORTS,
@@ -215,40 +214,40 @@ def _refuse_blocked(host: str, addresses: Iterable[str], policy: AddressPolicy) 
             raise BlockedDestination(reason if host == address else f"{host}: {reason}")
 
 
-async def resolve_checked(host: str, port: int, policy: AddressPolicy) -> list[str]:
+async def resolve_checked(
+    host: str, port: int, policy: AddressPolicy, resolver: Resolver
+) -> list[str]:
     """Resolve ``host``; refuse it if any of its addresses is blocked.
 
-    ``socket.gaierror`` propagates: a failed lookup is a retryable connection error.
+    ``LookupFailed`` (no such name, or no answer within the resolver's deadline)
+    and ``LocalFault`` (our resolver cannot work) propagate.
     """
     host = host.removeprefix("[").removesuffix("]")
-    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    try:
+        addresses = [str(ipaddress.ip_address(host))]
+    except ValueError:
+        try:  # '127.1', '0x7f000001': what the C library reads as an address
+            addresses = [str(ipaddress.IPv4Address(socket.inet_aton(host)))]
+        except OSError:
+            addresses = [r.address for r in await resolver.resolve(host)]
     _refuse_blocked(host, addresses, policy)
     return addresses
 
 
-# Host names that passed the submit-time lookup, until when. The lookup is a
-# thread-pool hop per request (over half of a busy API's samples); the answer is
-# only advisory at submit anyway, since every connection is checked again.
-_PASSED_TTL_S = 30.0
-_passed: dict[tuple[AddressPolicy, str, int], float] = {}
+async def guard_target(url: str, policy: AddressPolicy, resolver: Resolver) -> ParsedTarget:
+    """The full submit-time check: ``check_url``, then ``resolve_checked`` for names.
 
-
-async def guard_target(url: str, policy: AddressPolicy) -> ParsedTarget:
-    """The full submit-time check: ``check_url``, then ``resolve_checked`` for names."""
+    The resolver caches answers for their TTL, so a busy API looks a name up
+    once per TTL; the answer is only advisory here anyway, since every
+    connection is checked again.
+    """
     target = policy.check_url(url)
     try:
         ipaddress.ip_address(target.host)
         return target  # an IP literal: check_url has judged the address itself
     except ValueError:
         pass
-    key, now = (policy, target.host, target.port), time.monotonic()
-    if _passed.get(key, 0.0) > now:
-        return target
-    await resolve_checked(target.host, target.port, policy)
-    if len(_passed) >= 4096:
-        _passed.clear()
-    _passed[key] = now + _PASSED_TTL_S
+    await resolve_checked(target.host, target.port, policy, resolver)
     return target
 
 
@@ -262,7 +261,7 @@ class GuardedResolver(AbstractResolver):
 
     def __init__(self, policy: AddressPolicy, inner: AbstractResolver | None = None) -> None:
         self.policy = policy
-        self._inner = inner if inner is not None else aiohttp.ThreadedResolver()
+        self._inner = inner if inner is not None else AiohttpResolver(Resolver())
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET

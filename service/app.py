@@ -11,6 +11,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
 from outbox.db import create_pool
+from outbox.dns import Resolver
 
 from . import console, openapi
 from .auth import KeyCache, revocations
@@ -54,6 +55,7 @@ def create_app(
                 yield
         finally:
             await keys.stop()
+            await app.state.submit_resolver.close()
             await app.state.watcher.stop()
             if own:
                 await app.state.pool.close()
@@ -79,4 +81,9 @@ def create_app(
     app.state.ops_throttle = SignInThrottle()
     app.state.secret_box = runtime.secret_box
     app.state.address_policy = settings.address_policy()
+    # Submit-time lookups have their own resolver and deadline, apart from the
+    # dispatcher's, so neither can hold the other's lookups up.
+    app.state.submit_resolver = Resolver(
+        timeout_s=settings.dns_submit_timeout_s, nameservers=settings.nameservers()
+    )
     return app

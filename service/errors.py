@@ -38,6 +38,7 @@ from outbox.errors import (
     IdempotencyInFlight,
     IdempotencyKeyReused,
     InvalidTransition,
+    LocalFault,
     NotTerminal,
     OutboxError,
     TaskNotFound,
@@ -177,6 +178,13 @@ OUTBOX_ANSWERS: dict[type[OutboxError], Answer] = {
     NotTerminal: Answer(409, "not_terminal", "the task has no terminal event yet", with_task=True),
     AlreadyPending: Answer(
         409, "delivery_pending", "the event is already waiting for delivery", with_task=True
+    ),
+    # Our own resolver failed checking a callback host: the request may be fine.
+    LocalFault: Answer(
+        503,
+        "unavailable",
+        "the callback host could not be checked (our DNS resolver is unavailable); retry shortly",
+        headers={"Retry-After": "1"},
     ),
 }
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
+from outbox import dns
 from outbox.circuit import BreakerPolicy
 from outbox.crypto import parse_master_key
 from outbox.delivery import AttemptLimits
@@ -67,6 +68,9 @@ class Settings:
     lease_s: float = DispatcherConfig.lease_s
     http_timeout_s: float = AttemptLimits.total_timeout_s
     connect_timeout_s: float = 5.0
+    dns_submit_timeout_s: float = dns.SUBMIT_TIMEOUT_S
+    dns_timeout_s: float = dns.DELIVERY_TIMEOUT_S
+    dns_servers: str = ""
     concurrency: int = DispatcherConfig.concurrency
     per_host_concurrency: int = DispatcherConfig.per_host_concurrency
     secret_overlap_s: float = 86400.0
@@ -105,6 +109,9 @@ class Settings:
             "lease_s": ("HOOKRELAY_LEASE_S", _positive(float)),
             "http_timeout_s": ("HOOKRELAY_HTTP_TIMEOUT_S", _positive(float)),
             "connect_timeout_s": ("HOOKRELAY_CONNECT_TIMEOUT_S", _positive(float)),
+            "dns_submit_timeout_s": ("HOOKRELAY_DNS_SUBMIT_TIMEOUT_S", _positive(float)),
+            "dns_timeout_s": ("HOOKRELAY_DNS_TIMEOUT_S", _positive(float)),
+            "dns_servers": ("HOOKRELAY_DNS_SERVERS", str),
             "concurrency": ("HOOKRELAY_CONCURRENCY", _positive(int)),
             "per_host_concurrency": ("HOOKRELAY_PER_HOST_CONCURRENCY", _positive(int)),
             "secret_overlap_s": ("HOOKRELAY_SECRET_OVERLAP_S", float),
@@ -170,6 +177,10 @@ class Settings:
 
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy(self.retry_base_s, self.retry_cap_s, self.max_attempts)
+
+    def nameservers(self) -> list[str]:
+        """``HOOKRELAY_DNS_SERVERS`` as a list; empty means the system's resolv.conf."""
+        return [n.strip() for n in self.dns_servers.split(",") if n.strip()]
 
     def address_policy(self) -> AddressPolicy:
         return AddressPolicy.from_settings(self.allow_private_cidrs, self.allow_http)

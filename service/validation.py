@@ -7,11 +7,11 @@ import binascii
 import hashlib
 import json
 import re
-import socket
 from datetime import datetime
 from typing import Any
 
-from outbox.errors import BlockedDestination, InvalidCallbackUrl
+from outbox.dns import Resolver
+from outbox.errors import BlockedDestination, InvalidCallbackUrl, LookupFailed
 from outbox.ssrf import AddressPolicy, guard_target
 from outbox.tasks import Cursor, NewTask
 from outbox.transitions import TERMINAL_STATUSES, TerminalStatus
@@ -41,33 +41,43 @@ def _object(body: Any, allowed: set[str]) -> dict[str, Any]:
     return body
 
 
-async def check_callback_url(url: Any, policy: AddressPolicy) -> str:
-    """Syntax, scheme and every resolved address of a callback URL (422 if refused)."""
+async def check_callback_url(url: Any, policy: AddressPolicy, resolver: Resolver) -> str:
+    """Syntax, scheme and every resolved address of a callback URL (422 if refused).
+
+    A lookup that fails or runs out of time fails this submit alone, with a 422
+    that says so; our own resolver failing is a 503, since the URL may be fine.
+    """
     if not isinstance(url, str) or not url:
         raise Unprocessable(
             "callbackUrl is required and must be a string", code="invalid_callback_url"
         )
     try:
-        await guard_target(url, policy)
+        await guard_target(url, policy, resolver)
     except BlockedDestination as exc:
         raise Unprocessable(
             f"callbackUrl refused: {exc.reason}", code="blocked_callback_url"
         ) from exc
     except InvalidCallbackUrl as exc:
         raise Unprocessable(f"callbackUrl is invalid: {exc}", code="invalid_callback_url") from exc
-    except (socket.gaierror, UnicodeError) as exc:
+    except LookupFailed as exc:
+        raise Unprocessable(
+            f"callbackUrl host cannot be resolved ({exc.reason}); callback hosts are "
+            "looked up in DNS when a task is submitted",
+            code="invalid_callback_url",
+        ) from exc
+    except UnicodeError as exc:
         raise Unprocessable(
             "callbackUrl host cannot be resolved", code="invalid_callback_url"
         ) from exc
     return url
 
 
-async def new_task(body: Any, policy: AddressPolicy) -> NewTask:
+async def new_task(body: Any, policy: AddressPolicy, resolver: Resolver) -> NewTask:
     data = _object(body, SUBMIT_FIELDS)
     task_type = data.get("type")
     if not isinstance(task_type, str) or not TYPE_RE.match(task_type):
         raise Unprocessable("type is required: 1-100 chars of letters, digits and ._:/-")
-    callback_url = await check_callback_url(data.get("callbackUrl"), policy)
+    callback_url = await check_callback_url(data.get("callbackUrl"), policy, resolver)
     metadata = data.get("metadata")
     if metadata is not None:
         if not isinstance(metadata, dict):

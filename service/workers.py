@@ -41,6 +41,8 @@ def make_dispatcher(runtime: Runtime, pool: asyncpg.Pool) -> Dispatcher:
         concurrency=s.concurrency,
         per_host=s.per_host_concurrency,
         connect_timeout_s=s.connect_timeout_s,
+        dns_timeout_s=s.dns_timeout_s,
+        nameservers=s.nameservers(),
     )
     return Dispatcher(pool, runtime.dsn, sender, runtime.secret_box, config, owns_sender=True)
 

@@ -10,14 +10,14 @@ import asyncio
 import ipaddress
 import socket
 from collections.abc import AsyncIterator
-from typing import Any
 
 import aiohttp
 import httpx
 import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from outbox.errors import BlockedDestination, ConfigurationError
+from outbox.dns import Resolved, Resolver
+from outbox.errors import BlockedDestination, ConfigurationError, LookupFailed
 from outbox.ssrf import (
     BLOCKED_NETWORKS,
     AddressPolicy,
@@ -256,75 +256,55 @@ def test_check_url_blocks_literals(url: str) -> None:
 )
 async def test_resolve_checked_refuses(host: str) -> None:
     with pytest.raises(BlockedDestination):
-        await resolve_checked(host, 443, AddressPolicy())
+        await resolve_checked(host, 443, AddressPolicy(), Resolver())
 
 
 async def test_resolve_checked_returns_addresses() -> None:
-    assert await resolve_checked("8.8.8.8", 443, AddressPolicy()) == ["8.8.8.8"]
+    assert await resolve_checked("8.8.8.8", 443, AddressPolicy(), Resolver()) == ["8.8.8.8"]
     allowed = AddressPolicy.from_settings(ALLOW_LOOPBACK, allow_http=True)
-    assert await resolve_checked("localhost", 80, allowed) == ["127.0.0.1"]
-    assert await resolve_checked("[::1]", 80, allowed) == ["::1"]
+    assert "127.0.0.1" in await resolve_checked("localhost", 80, allowed, Resolver())
+    assert await resolve_checked("[::1]", 80, allowed, Resolver()) == ["::1"]
 
 
-def _fake_getaddrinfo(monkeypatch: pytest.MonkeyPatch, *addresses: str) -> list[str]:
-    """Answer lookups with ``addresses`` (none: NXDOMAIN); returns the names asked for."""
-    asked: list[str] = []
+class StubResolver(Resolver):
+    """Answers every name with ``addresses`` (none: no such name); records the names asked."""
 
-    async def getaddrinfo(host: str, port: int, **_: Any) -> list[Any]:
-        asked.append(host)
-        if not addresses:
-            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-        return [
-            (socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port)) for a in addresses + addresses
-        ]
+    def __init__(self, *addresses: str) -> None:
+        super().__init__()
+        self.addresses = addresses
+        self.asked: list[str] = []
 
-    monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", getaddrinfo)
-    return asked
+    async def resolve(self, host: str) -> list[Resolved]:
+        self.asked.append(host)
+        if not self.addresses:
+            raise LookupFailed(host, "Domain name not found")
+        return [Resolved(socket.AF_INET, a) for a in self.addresses]
 
 
-async def test_resolve_checked_mixed_answer_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_getaddrinfo(monkeypatch, "93.184.215.14", "10.0.0.7")
+async def test_resolve_checked_mixed_answer_refused() -> None:
     with pytest.raises(BlockedDestination, match="10.0.0.7"):
-        await resolve_checked("rebind.example", 443, AddressPolicy())
+        await resolve_checked(
+            "rebind.example", 443, AddressPolicy(), StubResolver("93.184.215.14", "10.0.0.7")
+        )
 
 
-async def test_resolve_checked_dedupes(monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_getaddrinfo(monkeypatch, "93.184.215.14", "93.184.215.15")
-    got = await resolve_checked("multi.example", 443, AddressPolicy())
-    assert got == ["93.184.215.14", "93.184.215.15"]
+async def test_resolve_failure_propagates() -> None:
+    with pytest.raises(LookupFailed):
+        await resolve_checked("nowhere.example", 443, AddressPolicy(), StubResolver())
 
 
-async def test_resolve_failure_propagates_gaierror(monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_getaddrinfo(monkeypatch)
-    with pytest.raises(socket.gaierror):
-        await resolve_checked("nowhere.example", 443, AddressPolicy())
-
-
-async def test_guard_target(monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_getaddrinfo(monkeypatch, "10.9.9.9")
+async def test_guard_target() -> None:
+    resolver = StubResolver("10.9.9.9")
     with pytest.raises(BlockedDestination, match="10.9.9.9"):
-        await guard_target("https://internal.example/hook", AddressPolicy())
+        await guard_target("https://internal.example/hook", AddressPolicy(), resolver)
     with pytest.raises(ValueError):
-        await guard_target("https://user@internal.example/hook", AddressPolicy())
+        await guard_target("https://user@internal.example/hook", AddressPolicy(), resolver)
 
 
-async def test_guard_target_does_not_resolve_ip_literals(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = _fake_getaddrinfo(monkeypatch, "93.184.215.14")
-    target = await guard_target("https://93.184.215.14/hook", AddressPolicy())
-    assert target.host == "93.184.215.14" and calls == []
-
-
-async def test_guard_target_remembers_a_passed_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = _fake_getaddrinfo(monkeypatch, "93.184.215.14")
-    policy = AddressPolicy(allow_http=True)
-    for _ in range(3):
-        await guard_target("http://cached.example/a", policy)
-    assert calls == ["cached.example"]
-    # A refused name is never remembered: it is looked up, and refused, every time.
-    _fake_getaddrinfo(monkeypatch, "10.0.0.7")
-    for _ in range(2):
-        with pytest.raises(BlockedDestination):
-            await guard_target("http://refused.example/a", policy)
+async def test_guard_target_does_not_resolve_ip_literals() -> None:
+    resolver = StubResolver("93.184.215.14")
+    target = await guard_target("https://93.184.215.14/hook", AddressPolicy(), resolver)
+    assert target.host == "93.184.215.14" and resolver.asked == []
 
 
 class StaticResolver(AbstractResolver):

@@ -14,6 +14,7 @@ from ..models import EventId, Outcome, TaskId, TenantId
 
 _CLAIM = sql("claim")
 _RELEASE_LEASES = sql("release_leases")
+_DEFER_LEASES = sql("defer_leases")
 _RECORD_OUTCOMES = sql("record_outcomes")
 
 
@@ -64,6 +65,14 @@ async def claim(
 async def release_leases(conn: asyncpg.Connection, *, ids: Sequence[int], token: UUID) -> None:
     """Give rows back untouched; rows no longer under ``token`` are left alone."""
     await conn.execute(_RELEASE_LEASES, ids, token)
+
+
+async def defer_leases(
+    conn: asyncpg.Connection, *, ids: Sequence[int], token: UUID, delay_s: float
+) -> None:
+    """Give rows back unspent, due again in ``delay_s``; rows no longer under ``token``
+    are left alone."""
+    await conn.execute(_DEFER_LEASES, ids, token, delay_s)
 
 
 @dataclass(frozen=True, slots=True)

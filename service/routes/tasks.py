@@ -35,7 +35,9 @@ async def submit(request: Request) -> Response:
     tenant_id = await require_tenant(request)
     key = validation.idempotency_key(request.headers.get("idempotency-key"))
     body = await read_json(request)
-    spec = await validation.new_task(body, request.app.state.address_policy)
+    spec = await validation.new_task(
+        body, request.app.state.address_policy, request.app.state.submit_resolver
+    )
     idem = Idempotency(key, validation.canonical_hash(body)) if key else None
     async with request.app.state.pool.acquire() as conn:
         task, created = await create_task(conn, tenant_id, spec, idempotency=idem)
