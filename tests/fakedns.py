@@ -52,7 +52,7 @@ class FakeDns(asyncio.DatagramProtocol):
         if self._transport is not None:
             self._transport.close()
 
-    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:  # type: ignore[override]
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
         name, qtype, end = _question(data)
         self.asked[name] += 1
         if self.answer_nothing or name in self.silent:

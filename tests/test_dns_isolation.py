@@ -17,9 +17,8 @@ import pytest
 from service.app import create_app
 from service.workers import dispatcher_background
 
-from .conftest import ADMIN, bearer
-from .dispatching import backlog
 from .fakedns import FakeDns
+from .support import ADMIN, backlog, bearer, eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -33,7 +32,7 @@ async def dns() -> AsyncIterator[FakeDns]:
     server.stop()
 
 
-async def test_hanging_dns_of_one_tenant_costs_another_nothing(  # type: ignore[no-untyped-def]
+async def test_hanging_dns_of_one_tenant_costs_another_nothing(
     pool, runtime, receiver, dns
 ) -> None:
     rt = replace(
@@ -60,8 +59,8 @@ async def test_hanging_dns_of_one_tenant_costs_another_nothing(  # type: ignore[
                 return asyncio.create_task(c.post("/v1/tasks", json=body, headers=bearer(key)))
 
             xs = [submit(x["apiKey"], host) for host in HANGING]
-            while sum(dns.asked[h] for h in HANGING) < len(HANGING):
-                await asyncio.sleep(0.01)  # every X lookup is out, none answered
+            # Every X lookup is out, none answered.
+            await eventually(lambda: all(dns.asked[h] for h in HANGING), what="X's lookups")
             ys = [await submit(y["apiKey"], "y.test") for _ in range(5)]
             assert [r.status_code for r in ys] == [202] * 5
             assert not any(t.done() for t in xs)  # Y went through while X still waited

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import socket
 from collections.abc import Mapping
@@ -20,7 +19,7 @@ from outbox.metrics import LOCAL_FAULTS
 from outbox.ssrf import AddressPolicy
 from service.workers import dispatcher_config, make_dispatcher
 
-from .dispatching import backlog, wait_drained
+from .support import backlog, eventually, wait_drained
 
 pytestmark = pytest.mark.anyio
 
@@ -84,7 +83,7 @@ class FlakySender:
         await self.real.aclose()
 
 
-async def test_a_local_fault_spends_no_attempt(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+async def test_a_local_fault_spends_no_attempt(pool, runtime, receiver) -> None:
     _, events = await backlog(pool, runtime, receiver.url, 3)
     before = LOCAL_FAULTS.labels("out_of_fds")._value.get()
     d = Dispatcher(
@@ -106,7 +105,7 @@ async def test_a_local_fault_spends_no_attempt(pool, runtime, receiver) -> None:
     assert sorted((r["number"], r["outcome"]) for r in attempts) == [(1, "delivered")] * 3
 
 
-async def test_an_unreachable_resolver_holds_events_unspent(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+async def test_an_unreachable_resolver_holds_events_unspent(pool, runtime, receiver) -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind(("127.0.0.1", 0))
     dead_port = sock.getsockname()[1]
@@ -114,8 +113,7 @@ async def test_an_unreachable_resolver_holds_events_unspent(pool, runtime, recei
     rt = replace(runtime, settings=replace(runtime.settings, dns_servers=f"127.0.0.1:{dead_port}"))
     await backlog(pool, rt, f"http://hooks.test:{receiver.port}/hook", 2)
     async with running(make_dispatcher(rt, pool)) as d:
-        while d.counters["local_faults"] < 2:
-            await asyncio.sleep(0.05)
+        await eventually(lambda: d.counters["local_faults"] >= 2, what="two local faults")
     rows = await pool.fetch("SELECT attempts, budget_used FROM outbox")
     assert [tuple(r) for r in rows] == [(0, 0), (0, 0)]
     assert await pool.fetchval("SELECT count(*) FROM delivery_attempts") == 0

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from outbox.dns import Resolver
 from outbox.ssrf import AddressPolicy
 from outbox.tasks import Cursor
 from service import validation as v
@@ -14,6 +15,7 @@ from service.errors import BadRequest, Unprocessable
 
 LOOPBACK = AddressPolicy.from_settings("127.0.0.0/8", allow_http=True)
 HOOK = "http://127.0.0.1:9/hook"
+RESOLVER = Resolver()  # IP-literal hosts only here: never asked
 
 
 def test_canonical_hash_ignores_key_order() -> None:
@@ -30,7 +32,7 @@ async def test_new_task_keeps_every_field() -> None:
         "metadata": {"order": "o-1"},
         "timeoutSeconds": 30,
     }
-    task = await v.new_task(body, LOOPBACK)
+    task = await v.new_task(body, LOOPBACK, RESOLVER)
     assert (task.type, task.callback_url, task.input) == ("render.pdf/v2", HOOK, {"page": 1})
     assert task.metadata == {"order": "o-1"} and task.timeout_s == 30.0
     assert isinstance(task.timeout_s, float)
@@ -56,7 +58,7 @@ async def test_new_task_keeps_every_field() -> None:
 )
 async def test_new_task_refusals(body: Any, message: str) -> None:
     with pytest.raises(Unprocessable) as err:
-        await v.new_task(body, LOOPBACK)
+        await v.new_task(body, LOOPBACK, RESOLVER)
     assert message in err.value.message and err.value.code == "validation_error"
 
 
@@ -73,7 +75,7 @@ async def test_new_task_refusals(body: Any, message: str) -> None:
 )
 async def test_callback_url_refusals(url: Any, code: str, message: str) -> None:
     with pytest.raises(Unprocessable) as err:
-        await v.check_callback_url(url, LOOPBACK)
+        await v.check_callback_url(url, LOOPBACK, RESOLVER)
     assert err.value.code == code and message in err.value.message
 
 
@@ -81,8 +83,8 @@ async def test_callback_url_refusals(url: Any, code: str, message: str) -> None:
 async def test_http_callbacks_need_the_setting() -> None:
     strict = AddressPolicy.from_settings("127.0.0.0/8", allow_http=False)
     with pytest.raises(Unprocessable):
-        await v.check_callback_url(HOOK, strict)
-    assert await v.check_callback_url(HOOK, LOOPBACK) == HOOK
+        await v.check_callback_url(HOOK, strict, RESOLVER)
+    assert await v.check_callback_url(HOOK, LOOPBACK, RESOLVER) == HOOK
 
 
 def test_completion() -> None:
