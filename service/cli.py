@@ -1,103 +1,55 @@
-"""The ``hookrelay`` command: serve, api, dispatch, migrate, tenants."""
+"""hookrelay: webhook delivery with a transactional outbox, signed callbacks and dead letters."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import logging
 import os
 import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import replace
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-import uvicorn
-
 from outbox.db import create_pool
-from outbox.errors import OutboxError
-from outbox.sweeper import sweeping
 
-from . import database_cli, deadletters_cli, logs, serving, tenants_cli
-from .app import create_app
-from .errors import ApiError
-from .runtime import Runtime, prepare
+from . import commands, database_cli, deadletters_cli, failures, logs, serving, tenants_cli
+from .runtime import Runtime, absolute, open_dsn, prepare
 from .settings import Settings
 from .startup import open_database
-from .workers import dispatcher_background, make_dispatcher, sweeper_background
+from .terminal import fail
 
 log = logging.getLogger("hookrelay")
+SERVICES = frozenset({"serve", "api", "dispatch"})
+EPILOG = """\
+Settings come from the environment, not from flags or files: DATABASE_URL (unset: an
+embedded PostgreSQL under HOOKRELAY_DATA_DIR, default ./.hookrelay), HOOKRELAY_MASTER_KEY,
+HOOKRELAY_ADMIN_TOKEN and the other HOOKRELAY_* variables listed in the README.
+Only `serve` and `migrate` create a data directory. `hookrelay COMMAND --help` for more.
+"""
 
 
-async def _migrate(runtime: Runtime) -> None:
-    # Migrations, then the master key check: a wrong key refuses to start here.
-    await open_database(runtime)
-
-
-def _banner(runtime: Runtime) -> None:
-    s = runtime.settings
-    where = f"embedded PostgreSQL in {s.data_dir / 'pg'}" if runtime.embedded else "DATABASE_URL"
-    print(f"hookrelay listening on http://{s.host}:{s.port} (database: {where})", flush=True)
-    if runtime.admin_token_created:
-        print(
-            "\nFirst run: an admin token was generated and saved to "
-            f"{s.data_dir / 'admin-token'}\n\n  HOOKRELAY_ADMIN_TOKEN={runtime.admin_token}\n\n"
-            "Create a tenant with:\n"
-            f"  curl -s -X POST http://{s.host}:{s.port}/v1/admin/tenants \\\n"
-            f"       -H 'Authorization: Bearer {runtime.admin_token}' \\\n"
-            "       -H 'content-type: application/json' -d '{\"name\": \"acme\"}'\n"
-            "or: hookrelay tenants create acme\n",
-            flush=True,
-        )
-
-
-async def _serve(runtime: Runtime, *, with_dispatcher: bool) -> None:
-    await _migrate(runtime)
-    background = (
-        [dispatcher_background(runtime), sweeper_background(runtime)] if with_dispatcher else []
-    )
-    app = create_app(runtime, background=background)
-    s = runtime.settings
-    config = serving.uvicorn_config(
-        app, host=s.host, port=s.port, graceful_s=int(s.http_timeout_s) + 5
-    )
-    _banner(runtime)
-    await uvicorn.Server(config).serve()
-
-
-async def _dispatch(runtime: Runtime) -> None:
-    await _migrate(runtime)
-    pool = await create_pool(
-        runtime.dsn,
-        min_size=1,
-        max_size=runtime.settings.db_pool_size,
-        wait_s=runtime.settings.db_wait_s,
-    )
-    dispatcher = make_dispatcher(runtime, pool)
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, dispatcher.stop)
-    log.info("dispatcher %s started", dispatcher.config.owner)
+async def _dead_letters(settings: Settings, args: argparse.Namespace) -> int:
+    # Needs neither the master key nor the admin token: only the database.
+    dsn, server = open_dsn(absolute(settings), may_create=False)
     try:
-        async with sweeping(pool, runtime.settings.sweep_interval_s, runtime.settings.retention()):
-            await dispatcher.run()
+        pool = await create_pool(dsn, min_size=1, max_size=1, wait_s=settings.db_wait_s)
+        try:
+            async with pool.acquire() as conn:
+                return await deadletters_cli.run(conn, args)
+        finally:
+            await pool.close()
     finally:
-        await pool.close()
-
-
-async def _dead_letters(runtime: Runtime, args: argparse.Namespace) -> int:
-    pool = await create_pool(runtime.dsn, min_size=1, max_size=1, wait_s=runtime.settings.db_wait_s)
-    try:
-        async with pool.acquire() as conn:
-            return await deadletters_cli.run(conn, args)
-    finally:
-        await pool.close()
+        if server is not None:
+            server.stop()
 
 
 async def _tenants(runtime: Runtime, args: argparse.Namespace) -> int:
     if args.action == "create":
-        await _migrate(runtime)
-    pool = await create_pool(runtime.dsn, min_size=1, max_size=1, wait_s=runtime.settings.db_wait_s)
+        await open_database(runtime)
+    s = runtime.settings
+    pool = await create_pool(runtime.dsn, min_size=1, max_size=1, wait_s=s.db_wait_s)
     try:
         async with pool.acquire() as conn:
             return await tenants_cli.run(conn, args, runtime)
@@ -105,11 +57,38 @@ async def _tenants(runtime: Runtime, args: argparse.Namespace) -> int:
         await pool.close()
 
 
+def _version() -> str:
+    try:
+        return version("hookrelay")
+    except PackageNotFoundError:  # pragma: no cover - run from a bare checkout
+        return "unknown"
+
+
+def _listen_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", help="address to listen on (default: HOOKRELAY_HOST, 127.0.0.1)")
+    parser.add_argument(
+        "--port", type=int, help="port to listen on (default: HOOKRELAY_PORT, 8000)"
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="hookrelay", description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("serve", help="API + dispatcher + sweeper in one process")
-    sub.add_parser("api", help="the HTTP API only")
+    p = argparse.ArgumentParser(
+        prog="hookrelay",
+        description=__doc__,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"hookrelay {_version()}")
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="log lines (JSON) from one-shot commands too; -vv for debug",
+    )
+    sub = p.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
+    _listen_options(sub.add_parser("serve", help="API + dispatcher + sweeper in one process"))
+    _listen_options(sub.add_parser("api", help="the HTTP API only"))
     sub.add_parser("dispatch", help="the dispatcher only (run as many as you like)")
     database_cli.add_parsers(sub)
     tenants_cli.add_parser(sub)
@@ -117,39 +96,79 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    try:
-        settings = Settings.from_env()
-    except OutboxError as exc:
-        print(f"hookrelay: {exc}", file=sys.stderr)
-        return 2
-    logs.configure(settings.log_level)
-    commands: dict[str, Callable[[Runtime], Coroutine[Any, Any, None]]] = {
-        "serve": lambda rt: _serve(rt, with_dispatcher=True),
-        "api": lambda rt: _serve(rt, with_dispatcher=False),
-        "dispatch": _dispatch,
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    # -v is accepted after the command too (`hookrelay migrate -v`).
+    for arg in extra:
+        if arg in {"-v", "--verbose"} or (arg.startswith("-v") and set(arg[1:]) == {"v"}):
+            args.verbose += 1 if arg == "--verbose" else len(arg) - 1
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    settings = Settings.from_env()
+    if getattr(args, "host", None):
+        settings = replace(settings, host=args.host)
+    if getattr(args, "port", None) is not None:
+        settings = replace(settings, port=args.port)
+    return settings
+
+
+def _configure_logs(args: argparse.Namespace, settings: Settings) -> None:
+    if args.command in SERVICES:
+        logs.configure("DEBUG" if args.verbose else settings.log_level)
+    elif args.verbose:
+        logs.configure("DEBUG" if args.verbose > 1 else "INFO")
+    else:
+        logs.configure("WARNING", json_lines=False)
+
+
+def _one_shot(args: argparse.Namespace, settings: Settings) -> int:
+    if args.command == "dead-letters":
+        return serving.run(_dead_letters(settings, args))
+    jobs: dict[str, Callable[[Runtime], Coroutine[Any, Any, int | None]]] = {
         "migrate": lambda rt: database_cli.run_migrate(rt, args),
         "master-key": database_cli.run_rotate,
+        "tenants": lambda rt: _tenants(rt, args),
     }
+    runtime = prepare(settings, may_create=args.command == "migrate", needs_token=False)
     try:
-        runtime = prepare(settings)
-        if args.command == "dead-letters":
-            return serving.run(_dead_letters(runtime, args))
-        if args.command == "tenants":
-            return serving.run(_tenants(runtime, args))
-        with contextlib.suppress(KeyboardInterrupt):
-            serving.run(commands[args.command](runtime))
-    except ApiError as exc:
-        print(f"hookrelay: {exc.message}", file=sys.stderr)
-        return 2
+        return serving.run(jobs[args.command](runtime)) or 0
+    finally:
+        runtime.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse(argv)
+    settings: Settings | None = None
+    # Until a command installs its own handling, SIGTERM interrupts like Ctrl-C,
+    # so the embedded server is let go of on the way out.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        settings = _settings(args)
+        _configure_logs(args, settings)
+        if args.command in {"serve", "api"}:
+            serving.run(commands.serve(settings, with_dispatcher=args.command == "serve"))
+        elif args.command == "dispatch":
+            serving.run(commands.dispatch(settings))
+        else:
+            return _one_shot(args, settings)
+    except KeyboardInterrupt:
+        return 0
     except BrokenPipeError:
         # Output piped into e.g. `head`: stop quietly, as Unix tools do.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except OutboxError as exc:
-        print(f"hookrelay: {exc}", file=sys.stderr)
-        return 1
+    except Exception as exc:
+        code, message = failures.explain(exc)
+        if args.verbose:
+            log.exception("%s failed", args.command)
+        hidden = () if settings is None else (settings.admin_token, settings.master_key)
+        fail(message, secrets=hidden)
+        return code
     return 0
 
 

@@ -21,6 +21,7 @@ from outbox.deadletters import (
 from outbox.errors import OutboxError
 from outbox.models import iso
 
+from .terminal import printable
 from .validation import timestamp
 
 PAGE = 1000
@@ -74,7 +75,10 @@ def _table(rows: list[dict[str, Any]]) -> str:
         "lastStatusCode",
         "lastError",
     ]
-    cells = [[str(r.get(c) if r.get(c) is not None else "-")[:60] for c in cols] for r in rows]
+    # Receiver-controlled text (lastError) is escaped, then cut: never a raw control byte.
+    cells = [
+        [printable(r.get(c) if r.get(c) is not None else "-")[:60] for c in cols] for r in rows
+    ]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
     line = "  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True))
     body = ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
@@ -116,13 +120,13 @@ async def run(conn: asyncpg.Connection, args: argparse.Namespace) -> int:
         for event_id in args.event_ids:
             if args.dry_run:
                 await get_dead_letter(conn, event_id)
-                print(f"would replay {event_id}")
+                print(f"would replay {printable(event_id)}")
                 continue
             try:
                 await replay_one(conn, event_id, by="cli")
-                print(f"replayed {event_id}")
+                print(f"replayed {printable(event_id)}")
             except OutboxError as exc:
-                print(f"{event_id}: {exc}", file=sys.stderr)
+                print(printable(f"{event_id}: {exc}"), file=sys.stderr)
                 failed += 1
         return 1 if failed else 0
     flt = _filter(args)

@@ -7,6 +7,8 @@ import logging
 import sys
 from datetime import UTC, datetime
 
+from .terminal import one_line
+
 CONTEXT_KEYS = ("task_id", "event_id", "tenant_id", "counters")
 
 
@@ -26,9 +28,18 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
-def configure(level: str = "INFO") -> None:
+class PlainFormatter(logging.Formatter):
+    """For one-shot commands: ``hookrelay: warning: ...`` on one printable line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"hookrelay: {record.levelname.lower()}: {one_line(record.getMessage())}"
+
+
+def configure(level: str = "INFO", *, json_lines: bool = True) -> None:
+    """JSON lines at ``level`` for services; for one-shot commands (``json_lines=False``)
+    warnings and errors only, as plain lines."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
+    handler.setFormatter(JsonFormatter() if json_lines else PlainFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from outbox import dns
 from outbox.circuit import BreakerPolicy
@@ -49,6 +50,19 @@ def _positive(kind: Callable[[str], N]) -> Callable[[str], N]:
 
 def _mask_dsn(dsn: str | None) -> str | None:
     return None if dsn is None else re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", dsn)
+
+
+def _dsn_problems(dsn: str) -> list[str]:
+    """What is wrong with DATABASE_URL's form, named without its password."""
+    shown = _mask_dsn(dsn)
+    try:
+        parts = urlsplit(dsn)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError as exc:
+        return [f"DATABASE_URL={shown!r}: {exc}"]
+    if parts.scheme not in {"postgresql", "postgres"}:
+        return [f"DATABASE_URL={shown!r}: expected postgresql://user:password@host:port/database"]
+    return []
 
 
 @dataclass(frozen=True)
@@ -166,6 +180,10 @@ class Settings:
                 f"HOOKRELAY_LEASE_S ({self.lease_s:g}) must be longer than "
                 f"HOOKRELAY_HTTP_TIMEOUT_S ({self.http_timeout_s:g})"
             )
+        if self.database_url is not None:
+            problems.extend(_dsn_problems(self.database_url))
+        if not 0 < self.port < 65536:
+            problems.append(f"HOOKRELAY_PORT={self.port}: expected 1..65535")
         if self.secret_overlap_s < 0:
             problems.append("HOOKRELAY_SECRET_OVERLAP_S must not be negative")
         if self.log_level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:

@@ -12,6 +12,7 @@ from outbox.models import iso
 from outbox.tenants import create_tenant, list_tenants, rotate_api_key
 
 from .runtime import Runtime
+from .terminal import printable
 
 PAGE = 1000
 
@@ -32,7 +33,7 @@ def add_parser(sub: Any) -> None:
 
 def _table(rows: list[dict[str, Any]]) -> str:
     cols = ["id", "name", "createdAt", "secretCount"]
-    cells = [[str(r[c])[:60] for c in cols] for r in rows]
+    cells = [[printable(r[c])[:60] for c in cols] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
     lines = [
         "  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)),
@@ -51,7 +52,7 @@ async def run(conn: asyncpg.Connection, args: argparse.Namespace, runtime: Runti
             print(json.dumps(shown))
         else:
             print(
-                f"tenant id:       {t.id}\nname:            {t.name}\n"
+                f"tenant id:       {t.id}\nname:            {printable(t.name)}\n"
                 f"api key:         {t.api_key}\nsigning secret:  {t.signing_secret}\n"
                 "(shown once: store them now)"
             )
@@ -83,7 +84,7 @@ async def run(conn: asyncpg.Connection, args: argparse.Namespace, runtime: Runti
         print(json.dumps({"id": args.tenant_id, "apiKey": api_key}))
     else:
         print(
-            f"tenant id:  {args.tenant_id}\nnew api key: {api_key}\n"
+            f"tenant id:  {printable(args.tenant_id)}\nnew api key: {api_key}\n"
             "(shown once; the old key no longer works)"
         )
     return 0
