@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import os
+import re
+import signal
+import socket
+import sys
 
 import asyncpg
 import pytest
@@ -11,7 +17,16 @@ import pytest
 from outbox.db import apply_schema
 from outbox.tenants import active_secrets, authenticate
 
-from .support import cli_env, run_cli
+from .support import (
+    ROOT,
+    backlog,
+    cli_env,
+    dispatcher,
+    dispatcher_env,
+    free_port,
+    run_cli,
+    wait_drained,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -99,3 +114,170 @@ async def test_dead_letters_cli_session(pool, runtime, dsn) -> None:
     assert code == 1 and "not found" in err
     code, _, err = await run_cli("dead-letters", "list", "--since", "noon", env=env)
     assert code == 2 and "ISO-8601" in err
+
+
+async def test_help_lists_every_command_and_says_settings_come_from_the_environment() -> None:
+    from service.cli import _parser
+
+    code, out, _ = await run_cli("--help", env={})
+    assert code == 0
+    subparsers = next(a for a in _parser()._actions if a.dest == "command")
+    commands = list(subparsers.choices)  # type: ignore[union-attr]
+    assert {"serve", "api", "dispatch", "migrate", "tenants", "dead-letters"} <= set(commands)
+    for command in commands:
+        assert re.search(rf"^\s+{command}\s+\S", out, re.M), f"{command} has no purpose line"
+    assert "Settings come from the environment" in out and "HOOKRELAY_DATA_DIR" in out
+    code, out, _ = await run_cli("--version", env={})
+    assert code == 0 and re.fullmatch(r"hookrelay \d+\.\d+\.\d+\S*\n", out)
+
+
+COMMANDS_THAT_NEED_A_DATA_DIR = [
+    ("tenants", "create", "acme"),
+    ("dead-letters", "list"),
+    ("dispatch",),
+    ("api",),
+    ("master-key", "rotate"),
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS_THAT_NEED_A_DATA_DIR, ids=" ".join)
+async def test_only_serve_and_migrate_create_a_data_directory(tmp_path, command) -> None:  # type: ignore[no-untyped-def]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKRELAY_")}
+    env.pop("DATABASE_URL", None)
+    env["HOOKRELAY_NEW_MASTER_KEY"] = base64.urlsafe_b64encode(bytes(32)).decode()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "service.cli",
+        *command,
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err_bytes = await asyncio.wait_for(proc.communicate(), 60)
+    err = err_bytes.decode()
+    assert proc.returncode == 2, err
+    assert err.count("\n") == 1 and err.startswith("hookrelay: "), err
+    assert str(tmp_path / ".hookrelay") in err
+    assert "HOOKRELAY_DATA_DIR" in err and "DATABASE_URL" in err
+    assert not (tmp_path / ".hookrelay").exists()
+
+
+async def test_without_a_key_or_data_dir_a_command_names_the_key(runtime, dsn, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    env = {**cli_env(runtime, dsn), "HOOKRELAY_DATA_DIR": str(tmp_path / "none")}
+    env["HOOKRELAY_MASTER_KEY"] = ""
+    code, _, err = await run_cli("tenants", "create", "acme", env=env)
+    assert code == 2 and "HOOKRELAY_MASTER_KEY is not set" in err and str(tmp_path / "none") in err
+    assert not (tmp_path / "none").exists()
+
+
+@pytest.mark.parametrize(
+    ("url", "hint"),
+    [
+        # No such role: refused at login like a wrong password (the test server trusts).
+        (
+            "postgresql://nobody:s3cretpw@127.0.0.1:5432/postgres",
+            "user or password in DATABASE_URL",
+        ),
+        (
+            "postgresql://postgres:s3cretpw@127.0.0.1:5432/no_such_db",
+            "database name in DATABASE_URL",
+        ),
+        ("mysql://app:s3cretpw@127.0.0.1/x", "expected postgresql://"),
+        ("postgresql://app:s3cretpw@127.0.0.1:port/x", "DATABASE_URL"),
+    ],
+)
+async def test_a_bad_database_url_is_one_line_without_the_password(runtime, url, hint) -> None:  # type: ignore[no-untyped-def]
+    code, _, err = await run_cli(
+        "migrate", env={**cli_env(runtime, url), "HOOKRELAY_DB_WAIT_S": "2"}
+    )
+    assert code == 2, err
+    assert err.count("\n") == 1 and hint in err, err
+    assert "s3cretpw" not in err and "Traceback" not in err
+
+
+async def test_one_shot_commands_log_nothing_unless_verbose(pool, runtime, dsn) -> None:  # type: ignore[no-untyped-def]
+    # The first open of a database records the master key: an INFO line.
+    code, out, err = await run_cli("tenants", "create", "a", "-v", env=cli_env(runtime, dsn))
+    assert code == 0 and "recorded master key id" in err
+    assert all(json.loads(line)["level"] for line in err.splitlines())
+    await pool.execute("DELETE FROM master_key_check")
+    code, out, err = await run_cli("tenants", "create", "b", env=cli_env(runtime, dsn))
+    assert code == 0 and err == "" and "api key:" in out
+    assert await pool.fetchval("SELECT count(*) FROM master_key_check") == 1
+
+
+async def test_a_busy_port_is_one_clear_line(runtime, dsn) -> None:  # type: ignore[no-untyped-def]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for command in ("serve", "api"):
+            code, out, err = await run_cli(
+                command, "--host", "127.0.0.1", "--port", str(port), env=cli_env(runtime, dsn)
+            )
+            assert code == 2 and err.count("\n") == 1, err
+            assert f"port {port} on 127.0.0.1 is already in use" in err and "--port" in err
+            assert "listening" not in out
+
+
+async def test_api_listens_where_host_and_port_say(runtime, dsn) -> None:  # type: ignore[no-untyped-def]
+    import httpx
+
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "service.cli",
+        "api",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        cwd=ROOT,
+        env=dispatcher_env(runtime, dsn, port="1"),  # the flag wins over HOOKRELAY_PORT
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        banner = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
+        assert banner == f"hookrelay listening on http://127.0.0.1:{port}\n"
+        async with httpx.AsyncClient() as c:
+            assert (await c.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0
+
+
+async def test_dead_letters_list_escapes_receiver_text(pool, runtime, dsn) -> None:  # type: ignore[no-untyped-def]
+    from outbox.dispatcher import running
+
+    attack = b"/\x1b]0;PWNED\x07\x1b[2J"
+
+    async def hostile(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # Raw bytes: HTTP libraries refuse to send such a header, a hostile receiver need not.
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 302 Found\r\nLocation: " + attack + b"\r\nContent-Length: 0\r\n\r\n"
+        )
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(hostile, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        _, events = await backlog(pool, runtime, f"http://127.0.0.1:{port}/hook", 1)
+        async with running(dispatcher(runtime, pool)):
+            await wait_drained(pool)
+    finally:
+        server.close()
+    assert "\x1b" in (await pool.fetchval("SELECT last_error FROM dead_letters"))
+    code, out, err = await run_cli("dead-letters", "list", env=cli_env(runtime, dsn))
+    assert code == 0, err
+    assert events[0] in out and "\\x1b]0;PWNED\\x07" in out
+    assert not any(ch in out for ch in "\x1b\x07")
+    code, out, _ = await run_cli("dead-letters", "show", events[0], env=cli_env(runtime, dsn))
+    assert code == 0 and "\x1b" not in out and "PWNED" in out
