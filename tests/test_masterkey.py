@@ -65,7 +65,10 @@ async def refused(command: str, env: dict[str, str]) -> list[str]:
 
 
 async def test_second_data_dir_without_key_is_refused(runtime, dsn, tmp_path) -> None:
+    # Each container has a data directory (an empty volume) and no key.
     first, second = tmp_path / "api", tmp_path / "dispatch"
+    first.mkdir()
+    second.mkdir()
     port = free_port()
     api = await start("api", {**keyless_env(runtime, dsn, first), "HOOKRELAY_PORT": str(port)})
     try:
