@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import Any, NoReturn
 
 from outbox.db import create_pool
 
@@ -18,7 +18,7 @@ from . import commands, database_cli, deadletters_cli, failures, logs, serving, 
 from .runtime import Runtime, absolute, open_dsn, prepare
 from .settings import Settings
 from .startup import open_database
-from .terminal import fail
+from .terminal import fail, one_line
 
 log = logging.getLogger("hookrelay")
 SERVICES = frozenset({"serve", "api", "dispatch"})
@@ -64,15 +64,32 @@ def _version() -> str:
         return "unknown"
 
 
+def _port(raw: str) -> int:
+    try:
+        port = int(raw)
+    except ValueError:
+        port = 0
+    if not 0 < port < 65536:
+        raise argparse.ArgumentTypeError(f"expected a port number 1..65535, got {raw!r}")
+    return port
+
+
 def _listen_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", help="address to listen on (default: HOOKRELAY_HOST, 127.0.0.1)")
     parser.add_argument(
-        "--port", type=int, help="port to listen on (default: HOOKRELAY_PORT, 8000)"
+        "--port", type=_port, help="port to listen on (default: HOOKRELAY_PORT, 8000)"
     )
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line too (subcommand parsers are of this class as well)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {one_line(message)} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="hookrelay",
         description=__doc__,
         epilog=EPILOG,

@@ -281,3 +281,13 @@ async def test_dead_letters_list_escapes_receiver_text(pool, runtime, dsn) -> No
     assert not any(ch in out for ch in "\x1b\x07")
     code, out, _ = await run_cli("dead-letters", "show", events[0], env=cli_env(runtime, dsn))
     assert code == 0 and "\x1b" not in out and "PWNED" in out
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("serve", "--port", "70000"), ("bogus",), ("dead-letters", "list", "--wat")],
+    ids=["bad port", "unknown command", "unknown option"],
+)
+async def test_usage_errors_are_one_line(args) -> None:  # type: ignore[no-untyped-def]
+    code, out, err = await hookrelay(*args, env={})
+    assert code == 2 and out == "" and err.count("\n") == 1 and "--help" in err, err
