@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from .conftest import ROOT
+from .support import ROOT
 
 yaml = pytest.importorskip("yaml")
 

@@ -22,8 +22,8 @@ from aiohttp import web
 
 from service.recovery import servers_for
 
-from .support import ADMIN_TOKEN, ROOT, bearer, free_port
 from .receiver import Receiver
+from .support import ADMIN_TOKEN, ROOT, bearer, free_port
 
 pytestmark = pytest.mark.anyio
 ADMIN = bearer(ADMIN_TOKEN)
