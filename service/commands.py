@@ -109,6 +109,7 @@ async def dispatch(settings: Settings) -> None:
                     *_where(runtime),
                 ]
                 print(printable("\n".join(lines), keep_newlines=True), flush=True)
+                log.info("dispatcher %s started", dispatcher.config.owner)
                 async with sweeping(pool, s.sweep_interval_s, s.retention()):
                     await dispatcher.run()
             finally:
