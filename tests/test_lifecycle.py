@@ -25,7 +25,7 @@ from service.recovery import servers_for
 from .receiver import Receiver
 from .support import ADMIN_TOKEN, ROOT, bearer, free_port
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 ADMIN = bearer(ADMIN_TOKEN)
 
 
