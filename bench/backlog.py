@@ -74,14 +74,22 @@ async def fill(dsn: str, box: SecretBox, url: str, n: int) -> None:
 
 
 async def claim_latency(dsn: str, rounds: int, batch: int) -> list[float]:
-    """ms per claim of ``batch`` rows at full depth; each claim is released again."""
+    """ms per claim of ``batch`` rows at full depth (finding the lane, then leasing from it);
+    each claim is released again."""
     conn = await asyncpg.connect(dsn)
     out = []
     try:
         for _ in range(rounds):
             token = uuid.uuid4()
             started = time.perf_counter()
-            rows = await delivery.claim(conn, limit=batch, lease_s=30.0, owner="bench", token=token)
+            [lane] = await delivery.due_lanes(conn, upto=batch)
+            rows = await delivery.claim_lanes(
+                conn,
+                lanes=[(lane.host, lane.tenant_id, batch)],
+                lease_s=30.0,
+                owner="bench",
+                token=token,
+            )
             out.append((time.perf_counter() - started) * 1000)
             await delivery.release_leases(conn, ids=[e.id for e in rows], token=token)
     finally:

@@ -34,6 +34,7 @@ from .localfaults import DEFER_S, FaultReporter
 from .masterkey import key_matches
 from .recorder import Recorder
 from .retry import RetryPolicy
+from .scheduler import HOLD_S, Caps, InFlight, allocate, held_hosts
 from .signing import Signer
 from .ssrf import AddressPolicy
 from .store import OUTBOX_CHANNEL, delivery
@@ -60,6 +61,8 @@ class DispatcherConfig:
     batch_size: int = 200
     concurrency: int = 200
     per_host_concurrency: int = 20
+    # In-flight deliveries of one tenant while other tenants have due events.
+    tenant_concurrency: int = 50
     poll_interval_s: float = 0.5
     # Consecutive failures to one host that open its circuit, and how often an
     # open circuit lets one probe through.
@@ -70,6 +73,10 @@ class DispatcherConfig:
     @property
     def breaker(self) -> BreakerPolicy:
         return BreakerPolicy(self.breaker_threshold, self.breaker_probe_s)
+
+    @property
+    def caps(self) -> Caps:
+        return Caps(self.concurrency, self.per_host_concurrency, self.tenant_concurrency)
 
 
 class Dispatcher:
@@ -96,8 +103,14 @@ class Dispatcher:
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._in_flight: dict[int, tuple[ClaimedEvent, asyncio.Task[None]]] = {}
-        self._per_host: Counter[str] = Counter()
-        self._low_water = max(1, min(config.batch_size, config.concurrency) // 4)
+        self._flight = InFlight.empty()
+        # Claim after this many slots freed (or on a NOTIFY, a poll, an empty
+        # pipeline): one round trip per few deliveries, not one per delivery.
+        self._low_water = max(
+            1, min(config.batch_size, config.concurrency, config.per_host_concurrency) // 4
+        )
+        self._freed = 0
+        self._looked = True  # something may be due that no completion will reveal
         self._next_probe_check = 0.0
         self._faults = FaultReporter(self.counters)
 
@@ -109,8 +122,8 @@ class Dispatcher:
         listener = Listener(
             self.dsn,
             OUTBOX_CHANNEL,
-            lambda _: self._wake.set(),
-            on_gap=self._wake.set,
+            lambda _: self._look(),
+            on_gap=self._look,
             name="hookrelay-dispatcher-listen",
         )
         await listener.start()
@@ -118,26 +131,30 @@ class Dispatcher:
         try:
             while not self._stopping.is_set():
                 free = self._free_slots()
-                # Claim in batches: refilling one freed slot at a time would
-                # cost a round trip per event.
-                if free >= self._low_water or (free > 0 and not self._in_flight):
+                if free > 0 and (
+                    self._looked or self._freed >= self._low_water or not self._in_flight
+                ):
+                    self._looked, self._freed = False, 0
                     try:
-                        got, wanted = await self._claim_round()
+                        full = await self._claim_round()
                     except TRANSIENT_ERRORS as exc:
                         log.warning("claim failed, retrying: %s", exc)
-                        got, wanted = 0, 1
+                        full = False
                         await asyncio.sleep(min(CLAIM_RETRY_S, self.config.poll_interval_s))
                     except Exception:
                         # The loop must outlive any one bad round; leases make
                         # whatever it had claimed safe to abandon.
                         log.exception("claim round failed")
-                        got, wanted = 0, 1
+                        full = False
                         await asyncio.sleep(min(CLAIM_RETRY_S, self.config.poll_interval_s))
-                    if got and got == wanted:
-                        continue  # a full batch: more is probably due right now
+                    if full:
+                        self._looked = True  # the batch size cut it short: more is due
+                        continue
                 self._wake.clear()
-                with contextlib.suppress(TimeoutError):
+                try:
                     await asyncio.wait_for(self._wake.wait(), self.config.poll_interval_s)
+                except TimeoutError:
+                    self._looked = True  # the poll: rows due by the clock, missed NOTIFYs
         finally:
             await self._drain()
             await self.recorder.stop()
@@ -146,6 +163,10 @@ class Dispatcher:
             if self._owns_sender:
                 await self.sender.aclose()
             log.info("dispatcher stopped", extra={"counters": dict(self.counters)})
+
+    def _look(self) -> None:
+        self._looked = True
+        self._wake.set()
 
     def stop(self) -> None:
         """Stop claiming; :meth:`run` finishes in-flight attempts and returns."""
@@ -167,26 +188,34 @@ class Dispatcher:
     def _free_slots(self) -> int:
         return self.config.concurrency - len(self._in_flight)
 
-    async def _claim_round(self) -> tuple[int, int]:
-        """Claim and launch one batch; returns (rows claimed, rows asked for)."""
-        want = min(self._free_slots(), self.config.batch_size)
-        saturated = [h for h, n in self._per_host.items() if n >= self.config.per_host_concurrency]
+    async def _claim_round(self) -> bool:
+        """Claim and launch one round; True when the batch size, not the work, ended it."""
         lease_s, owner, token = self.config.lease_s, self.config.owner, uuid.uuid4()
         async with self.pool.acquire() as conn:
-            rows = await delivery.claim(
-                conn, limit=want, lease_s=lease_s, owner=owner, token=token, saturated=saturated
-            )
+            rows: list[ClaimedEvent] = []
             # One probe for each host whose open circuit is due one; looked for
             # once per poll interval, not on every claim of a busy dispatcher.
             if time.monotonic() >= self._next_probe_check:
                 self._next_probe_check = time.monotonic() + self.config.poll_interval_s
                 for host in await take_probes(conn, self.config.breaker):
-                    rows += await delivery.claim(
-                        conn, limit=1, lease_s=lease_s, owner=owner, token=token, probe_host=host
+                    rows += await delivery.claim_probe(
+                        conn, host=host, lease_s=lease_s, owner=owner, token=token
                     )
                     self.counters["probes"] += 1
+            lanes = await delivery.due_lanes(conn, upto=self.config.per_host_concurrency)
+            if behind_open := held_hosts(lanes):
+                await delivery.hold_lanes(conn, hosts=behind_open, hold_s=HOLD_S)
+            grants = allocate(lanes, self._flight, self.config.caps, batch=self.config.batch_size)
+            rows += await delivery.claim_lanes(
+                conn,
+                lanes=[(h, t, n) for (h, t), n in grants.items()],
+                lease_s=lease_s,
+                owner=owner,
+                token=token,
+            )
+            full = sum(grants.values()) >= self.config.batch_size
             if not rows:
-                return 0, want
+                return full
             tenants: dict[str, int] = {e.tenant_id: e.secret_version for e in rows}
             signers = await self.keyring.signers(conn, tenants)
             # A secret that does not decrypt is that tenant's problem, unless
@@ -194,7 +223,6 @@ class Dispatcher:
             # ran): then nothing is the events' fault, so hold them, not bury them.
             own_key_ok = len(signers) == len(tenants) or await key_matches(conn, self._box)
         self.counters["claimed"] += len(rows)
-        excess: list[ClaimedEvent] = []
         held: list[ClaimedEvent] = []
         for event in rows:
             signer = signers.get(event.tenant_id)
@@ -207,10 +235,7 @@ class Dispatcher:
                 )
                 self.counters["undecryptable"] += 1
                 continue
-            if self._per_host[event.host] >= self.config.per_host_concurrency:
-                excess.append(event)  # give it back rather than hold a lease idle
-                continue
-            self._per_host[event.host] += 1
+            self._flight.add(event.host, event.tenant_id)
             task = asyncio.create_task(self._deliver(event, signer))
             self._in_flight[event.id] = (event, task)
         if held:
@@ -221,11 +246,9 @@ class Dispatcher:
                 len(held),
             )
             self.counters["held_wrong_key"] += len(held)
-        if excess or held:
-            await self._release(excess + held)
-        # Held rows do not count as claimed, so a held batch waits a poll
-        # interval instead of being claimed again at once.
-        return len(rows) - len(held), want
+            await self._release(held)
+            return False  # held rows wait a poll interval, not claimed again at once
+        return full
 
     async def _release(self, events: list[ClaimedEvent]) -> None:
         if not events:
@@ -269,10 +292,10 @@ class Dispatcher:
             )
         finally:
             self._in_flight.pop(event.id, None)
-            self._per_host[event.host] -= 1
-            if self._per_host[event.host] <= 0:
-                del self._per_host[event.host]
-            self._wake.set()
+            self._flight.remove(event.host, event.tenant_id)
+            self._freed += 1
+            if self._freed >= self._low_water or not self._in_flight:
+                self._wake.set()
 
     async def _give_back(self, event: ClaimedEvent, fault: LocalFault) -> None:
         """Our fault, not the receiver's: the row goes back unspent (``outbox.localfaults``)."""

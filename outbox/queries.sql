@@ -179,39 +179,130 @@ SELECT request_hash, task_id FROM idempotency_keys WHERE tenant_id = $1 AND key 
 -- name: idempotency_put
 INSERT INTO idempotency_keys (tenant_id, key, request_hash, task_id) VALUES ($1, $2, $3, $4);
 
--- name: claim
--- Lease up to $1 due rows for $2 seconds under token $4, owner $3.
--- FOR UPDATE SKIP LOCKED: concurrent dispatchers each take a disjoint set at
--- once instead of queueing on each other's row locks; the lease, not the row
--- lock, is what holds the claim after this short transaction commits, so no
--- transaction stays open across the HTTP calls.
--- Without a probe host ($6 NULL): hosts already at their concurrency cap ($5)
--- are skipped, so their rows stay free for later, and so are hosts whose
--- circuit is not closed: their rows are held, budget unspent.
--- With a probe host ($6): due rows of that host only (its circuit half-open),
--- whatever its state and cap, since take_probes granted this dispatcher the probe.
-WITH due AS (
-    SELECT id
-      FROM outbox
-     WHERE GREATEST(next_attempt_at, leased_until) <= now()
-       AND CASE WHEN $6::text IS NULL
-                THEN host <> ALL($5::text[])
-                     AND host NOT IN (SELECT host FROM destinations WHERE state <> 'closed')
-                ELSE host = $6 END
-     ORDER BY GREATEST(next_attempt_at, leased_until)
-     LIMIT $1
-       FOR UPDATE SKIP LOCKED
+-- name: due_lanes
+-- Scheduler, step 1: the lanes (host, tenant) that have due rows, each with its
+-- oldest due time, how many rows are due (counted no further than $1, the most
+-- one claim could give a lane) and its host's circuit state.
+-- A skip scan over outbox_lane_due: the recursive part jumps from lane to lane
+-- (one index probe each), the lateral part reads a lane's first rows only. The
+-- cost grows with the number of lanes, never with the rows waiting in them:
+-- leased rows, rows scheduled later and rows held behind an open circuit all
+-- sort after now() within their lane and are never read.
+WITH RECURSIVE lanes AS (
+    (SELECT host, tenant_id FROM outbox ORDER BY host, tenant_id LIMIT 1)
+    UNION ALL
+    SELECT n.host, n.tenant_id
+      FROM lanes l
+     CROSS JOIN LATERAL (
+        SELECT o.host, o.tenant_id
+          FROM outbox o
+         WHERE (o.host, o.tenant_id) > (l.host, l.tenant_id)
+         ORDER BY o.host, o.tenant_id
+         LIMIT 1) n
+)
+SELECT l.host, l.tenant_id, d.oldest, d.n, COALESCE(dest.state, 'closed') AS state
+  FROM lanes l
+ CROSS JOIN LATERAL (
+    SELECT min(x.due) AS oldest, count(*)::int AS n
+      FROM (SELECT GREATEST(o.next_attempt_at, o.leased_until) AS due
+              FROM outbox o
+             WHERE o.host = l.host AND o.tenant_id = l.tenant_id
+               AND GREATEST(o.next_attempt_at, o.leased_until) <= now()
+             ORDER BY GREATEST(o.next_attempt_at, o.leased_until)
+             LIMIT $1) x) d
+  LEFT JOIN destinations dest ON dest.host = l.host
+ WHERE d.n > 0;
+
+-- name: claim_lanes
+-- Scheduler, step 2: lease, in each lane ($1 hosts, $2 tenants, $3 counts), at
+-- most its count of due rows, oldest first, for $4 seconds under token $6,
+-- owner $5. The counts are the lanes' free slots (outbox/scheduler.py), so a
+-- claim takes only what can start at once: nothing is leased to be given back.
+-- FOR UPDATE SKIP LOCKED (inside each lane's window): concurrent dispatchers
+-- each take disjoint rows at once instead of queueing on each other's row
+-- locks; the lease, not the row lock, holds the claim after this short
+-- transaction commits, so no transaction stays open across the HTTP calls.
+-- A host whose circuit opened since the lanes were read is skipped: its rows
+-- are held, budget unspent.
+WITH want AS (
+    SELECT w.host, w.tenant_id, w.n
+      FROM unnest($1::text[], $2::text[], $3::int[]) AS w(host, tenant_id, n)
+     WHERE NOT EXISTS (SELECT 1 FROM destinations d WHERE d.host = w.host AND d.state <> 'closed')
+),
+due AS (
+    SELECT r.id
+      FROM want w
+     CROSS JOIN LATERAL (
+        SELECT o.id
+          FROM outbox o
+         WHERE o.host = w.host AND o.tenant_id = w.tenant_id
+           AND GREATEST(o.next_attempt_at, o.leased_until) <= now()
+         ORDER BY GREATEST(o.next_attempt_at, o.leased_until)
+         LIMIT w.n
+           FOR UPDATE SKIP LOCKED) r
 )
 UPDATE outbox o
-   SET leased_until = now() + make_interval(secs => $2),
-       lease_token = $4,
-       lease_owner = $3
+   SET leased_until = now() + make_interval(secs => $4),
+       lease_token = $6,
+       lease_owner = $5
   FROM due
  WHERE o.id = due.id
 RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url, o.host,
           o.body, o.attempts, o.budget_used,
           -- Read with the claim: a rotation committed before it is seen here.
           (SELECT t.secret_version FROM tenants t WHERE t.id = o.tenant_id);
+
+-- name: claim_probe
+-- The single row a granted probe sends to host $1 (take_probes made its circuit
+-- half-open for this dispatcher alone): any row not leased right now, whether
+-- due or held, in index order so the read stops at the first one.
+-- FOR UPDATE SKIP LOCKED: a row another dispatcher is claiming is passed over.
+WITH probe AS (
+    SELECT o.id
+      FROM outbox o
+     WHERE o.host = $1 AND (o.leased_until IS NULL OR o.leased_until <= now())
+     ORDER BY o.host, o.tenant_id, GREATEST(o.next_attempt_at, o.leased_until)
+     LIMIT 1
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE outbox o
+   SET leased_until = now() + make_interval(secs => $2),
+       lease_token = $4,
+       lease_owner = $3
+  FROM probe
+ WHERE o.id = probe.id
+RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url, o.host,
+          o.body, o.attempts, o.budget_used,
+          -- Read with the claim: a rotation committed before it is seen here.
+          (SELECT t.secret_version FROM tenants t WHERE t.id = o.tenant_id);
+
+-- name: hold_lanes
+-- Take the due rows of hosts $1 out of the claims' way while their circuit is
+-- not closed: they move to the host's held_until (set once per open spell, $2
+-- seconds ahead), after every due row, so neither due_lanes nor claim_lanes
+-- reads them again. record_outcomes puts them back when the host answers; if
+-- that never comes, they are due again at held_until and held once more.
+-- FOR UPDATE SKIP LOCKED: a row another dispatcher is leasing right now is
+-- left to it rather than waited for.
+WITH hosts AS (
+    UPDATE destinations d
+       SET held_until = CASE WHEN d.held_until > now() THEN d.held_until
+                             ELSE now() + make_interval(secs => $2) END
+     WHERE d.host = ANY($1::text[]) AND d.state <> 'closed'
+    RETURNING d.host, d.held_until
+),
+rows AS (
+    SELECT o.id, h.held_until
+      FROM hosts h
+      JOIN outbox o ON o.host = h.host
+     WHERE GREATEST(o.next_attempt_at, o.leased_until) <= now()
+       FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE outbox o
+   SET next_attempt_at = r.held_until, leased_until = NULL, lease_token = NULL,
+       lease_owner = NULL
+  FROM rows r
+ WHERE o.id = r.id;
 
 -- name: take_probes
 -- Hosts whose open circuit is due a probe. The row lock of this UPDATE gives
@@ -300,6 +391,22 @@ per_host AS (
       FROM fenced f JOIN input i ON i.id = f.id
      GROUP BY f.host
 ),
+-- Hosts that answered while their rows were held (hold_lanes): those rows are
+-- due again at once. Read before health's upsert clears held_until (every CTE
+-- sees the same snapshot); rows of this batch are left to the CTEs above, as a
+-- row may be changed only once per statement.
+reopened AS (
+    SELECT d.host, d.held_until
+      FROM destinations d JOIN per_host p ON p.host = d.host
+     WHERE p.failures = 0 AND d.held_until IS NOT NULL
+),
+released AS (
+    UPDATE outbox o
+       SET next_attempt_at = now()
+      FROM reopened r
+     WHERE o.host = r.host AND o.next_attempt_at = r.held_until
+       AND o.id NOT IN (SELECT id FROM input)
+),
 health AS (
     INSERT INTO destinations AS d (host, state, consecutive_failures, last_error,
                                    last_failure_at, opened_at, probe_at)
@@ -323,6 +430,8 @@ health AS (
            last_error = COALESCE(EXCLUDED.last_error, d.last_error),
            last_failure_at = CASE WHEN EXCLUDED.consecutive_failures = 0 THEN d.last_failure_at
                                   ELSE now() END,
+           held_until = CASE WHEN EXCLUDED.consecutive_failures = 0 THEN NULL
+                             ELSE d.held_until END,
            updated_at = now()
 ),
 logged AS (

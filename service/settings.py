@@ -87,6 +87,7 @@ class Settings:
     dns_servers: str = ""
     concurrency: int = DispatcherConfig.concurrency
     per_host_concurrency: int = DispatcherConfig.per_host_concurrency
+    tenant_concurrency: int = DispatcherConfig.tenant_concurrency
     secret_overlap_s: float = 86400.0
     sweep_interval_s: float = 1.0
     batch_size: int = DispatcherConfig.batch_size
@@ -128,6 +129,7 @@ class Settings:
             "dns_servers": ("HOOKRELAY_DNS_SERVERS", str),
             "concurrency": ("HOOKRELAY_CONCURRENCY", _positive(int)),
             "per_host_concurrency": ("HOOKRELAY_PER_HOST_CONCURRENCY", _positive(int)),
+            "tenant_concurrency": ("HOOKRELAY_TENANT_CONCURRENCY", _positive(int)),
             "secret_overlap_s": ("HOOKRELAY_SECRET_OVERLAP_S", float),
             "sweep_interval_s": ("HOOKRELAY_SWEEP_INTERVAL_S", _positive(float)),
             "batch_size": ("HOOKRELAY_BATCH_SIZE", _positive(int)),

@@ -27,6 +27,7 @@ def dispatcher_config(runtime: Runtime) -> DispatcherConfig:
         batch_size=s.batch_size,
         concurrency=s.concurrency,
         per_host_concurrency=s.per_host_concurrency,
+        tenant_concurrency=s.tenant_concurrency,
         poll_interval_s=s.poll_interval_s,
         breaker_threshold=s.breaker_threshold,
         breaker_probe_s=s.breaker_probe_s,

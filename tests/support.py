@@ -12,6 +12,7 @@ import inspect
 import os
 import secrets
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -24,6 +25,8 @@ from bench.procs import hookrelay, service_env
 from outbox import complete_task
 from outbox.dispatcher import Dispatcher
 from outbox.models import EventId
+from outbox.store import delivery
+from outbox.store.delivery import ClaimedEvent
 from outbox.tasks import NewTask, create_task
 from outbox.tenants import NewTenant, create_tenant
 from service.runtime import Runtime
@@ -96,6 +99,18 @@ async def wait_drained(pool: asyncpg.Pool, timeout: float = 20.0) -> None:
     except AssertionError:
         left = await pool.fetch("SELECT event_id, attempts, last_error FROM outbox LIMIT 5")
         raise AssertionError(f"outbox not drained: {[dict(r) for r in left]}") from None
+
+
+async def claim_due(
+    conn: asyncpg.Connection, *, limit: int, lease_s: float, owner: str, token: uuid.UUID
+) -> list[ClaimedEvent]:
+    """Up to ``limit`` due events, lane by lane as the scheduler would find them."""
+    lanes, left = [], limit
+    for lane in await delivery.due_lanes(conn, upto=limit):
+        if left > 0:
+            lanes.append((lane.host, lane.tenant_id, min(left, lane.due)))
+            left -= lane.due
+    return await delivery.claim_lanes(conn, lanes=lanes, lease_s=lease_s, owner=owner, token=token)
 
 
 async def outbox_empty(pool: asyncpg.Pool) -> bool:

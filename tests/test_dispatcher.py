@@ -23,7 +23,7 @@ from outbox.store import delivery
 from outbox.tenants import rotate_secret
 
 from .receiver import Receiver
-from .support import backlog, dispatcher, eventually, wait_drained
+from .support import backlog, claim_due, dispatcher, eventually, wait_drained
 
 pytestmark = pytest.mark.anyio
 
@@ -169,9 +169,9 @@ async def test_stale_lease_holder_cannot_record(pool, runtime, receiver) -> None
     _, [event_id] = await backlog(pool, runtime, receiver.url, 1)
     token_a, token_b = uuid.uuid4(), uuid.uuid4()
     async with pool.acquire() as conn:
-        [row] = await delivery.claim(conn, limit=10, lease_s=0.05, owner="a", token=token_a)
+        [row] = await claim_due(conn, limit=10, lease_s=0.05, owner="a", token=token_a)
         await asyncio.sleep(0.1)  # A stalls past its lease
-        [row_b] = await delivery.claim(conn, limit=10, lease_s=30.0, owner="b", token=token_b)
+        [row_b] = await claim_due(conn, limit=10, lease_s=30.0, owner="b", token=token_b)
         assert row_b.id == row.id
         now = await conn.fetchval("SELECT now()")
 
@@ -193,33 +193,11 @@ async def test_stale_lease_holder_cannot_record(pool, runtime, receiver) -> None
 async def test_leased_rows_are_not_claimed_twice(pool, runtime, receiver) -> None:
     await backlog(pool, runtime, receiver.url, 5)
     async with pool.acquire() as conn:
-        a = await delivery.claim(conn, limit=3, lease_s=30.0, owner="a", token=uuid.uuid4())
-        b = await delivery.claim(conn, limit=10, lease_s=30.0, owner="b", token=uuid.uuid4())
+        a = await claim_due(conn, limit=3, lease_s=30.0, owner="a", token=uuid.uuid4())
+        b = await claim_due(conn, limit=10, lease_s=30.0, owner="b", token=uuid.uuid4())
         assert len(a) == 3 and len(b) == 2
         assert not {e.id for e in a} & {e.id for e in b}
-        assert (
-            await delivery.claim(conn, limit=10, lease_s=30.0, owner="c", token=uuid.uuid4()) == []
-        )
-
-
-async def test_saturated_hosts_are_skipped(pool, runtime, receiver) -> None:
-    await backlog(pool, runtime, receiver.url, 3)
-    host = f"http://127.0.0.1:{receiver.port}"
-    async with pool.acquire() as conn:
-        assert (
-            await delivery.claim(
-                conn, limit=10, lease_s=30.0, owner="a", token=uuid.uuid4(), saturated=[host]
-            )
-            == []
-        )
-        assert (
-            len(
-                await delivery.claim(
-                    conn, limit=10, lease_s=30.0, owner="a", token=uuid.uuid4(), saturated=["x"]
-                )
-            )
-            == 3
-        )
+        assert await claim_due(conn, limit=10, lease_s=30.0, owner="c", token=uuid.uuid4()) == []
 
 
 async def test_two_dispatchers_share_a_backlog(pool, runtime, receiver) -> None:

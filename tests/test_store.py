@@ -50,16 +50,22 @@ async def test_claim_skips_open_circuits_and_a_probe_takes_its_host(
         "INSERT INTO destinations (host, state, consecutive_failures) "
         "VALUES ('https://a.example:443', 'open', 10)"
     )
-    normal = await delivery.claim(conn, limit=10, lease_s=30.0, owner="x", token=uuid.uuid4())
-    assert [e.host for e in normal] == ["https://b.example:443"]
-    assert isinstance(normal[0].body, bytes) and normal[0].budget_used == 0
-    probe = await delivery.claim(
+    lanes = await delivery.due_lanes(conn, upto=10)
+    assert {(x.host, x.state, x.due) for x in lanes} == {
+        ("https://a.example:443", "open", 1),
+        ("https://b.example:443", "closed", 1),
+    }
+    normal = await delivery.claim_lanes(
         conn,
-        limit=10,
+        lanes=[(x.host, x.tenant_id, 10) for x in lanes],
         lease_s=30.0,
         owner="x",
         token=uuid.uuid4(),
-        probe_host="https://a.example:443",
+    )
+    assert [e.host for e in normal] == ["https://b.example:443"]
+    assert isinstance(normal[0].body, bytes) and normal[0].budget_used == 0
+    probe = await delivery.claim_probe(
+        conn, host="https://a.example:443", lease_s=30.0, owner="x", token=uuid.uuid4()
     )
     assert [e.host for e in probe] == ["https://a.example:443"]
 

@@ -1,4 +1,4 @@
-"""The dispatcher's statements: claim under a lease, give leases back, record outcomes."""
+"""The dispatcher's statements: find due lanes, claim under a lease, hold, give back, record."""
 
 from __future__ import annotations
 
@@ -10,9 +10,12 @@ from uuid import UUID
 import asyncpg
 
 from .._queries import sql
-from ..models import EventId, Outcome, TaskId, TenantId
+from ..models import CircuitState, EventId, Outcome, TaskId, TenantId
 
-_CLAIM = sql("claim")
+_DUE_LANES = sql("due_lanes")
+_CLAIM_LANES = sql("claim_lanes")
+_CLAIM_PROBE = sql("claim_probe")
+_HOLD_LANES = sql("hold_lanes")
 _RELEASE_LEASES = sql("release_leases")
 _DEFER_LEASES = sql("defer_leases")
 _RECORD_OUTCOMES = sql("record_outcomes")
@@ -37,22 +40,23 @@ class ClaimedEvent:
     token: UUID
 
 
-async def claim(
-    conn: asyncpg.Connection,
-    *,
-    limit: int,
-    lease_s: float,
-    owner: str,
-    token: UUID,
-    saturated: Sequence[str] = (),
-    probe_host: str | None = None,
-) -> list[ClaimedEvent]:
-    """Lease up to ``limit`` due events for ``lease_s`` seconds under ``token``.
+@dataclass(frozen=True, slots=True)
+class DueLane:
+    """A lane (one tenant's events to one host) with due rows."""
 
-    Without ``probe_host``: skips hosts in ``saturated`` and hosts whose circuit
-    is not closed. With it: that host's due events only (a circuit probe).
-    """
-    rows = await conn.fetch(_CLAIM, limit, lease_s, owner, token, saturated, probe_host)
+    host: str
+    tenant_id: TenantId
+    oldest: datetime  # when its oldest due row became due
+    due: int  # rows due now, counted no further than the ``upto`` asked for
+    state: CircuitState  # its host's circuit
+
+
+async def due_lanes(conn: asyncpg.Connection, *, upto: int) -> list[DueLane]:
+    """Every lane with due rows; the cost grows with lanes, not with rows held back."""
+    return [DueLane(r[0], r[1], r[2], r[3], r[4]) for r in await conn.fetch(_DUE_LANES, upto)]
+
+
+def _events(rows: Sequence[asyncpg.Record], token: UUID) -> list[ClaimedEvent]:
     # The hot path: one construction per row, positional in RETURNING's order.
     return [
         ClaimedEvent(
@@ -60,6 +64,39 @@ async def claim(
         )
         for r in rows
     ]
+
+
+async def claim_lanes(
+    conn: asyncpg.Connection,
+    *,
+    lanes: Sequence[tuple[str, str, int]],
+    lease_s: float,
+    owner: str,
+    token: UUID,
+) -> list[ClaimedEvent]:
+    """Lease at most ``n`` due events of each lane ``(host, tenant_id, n)``, oldest first.
+
+    Hosts whose circuit is not closed are skipped.
+    """
+    if not lanes:
+        return []
+    hosts, tenants, counts = zip(*lanes, strict=True)
+    rows = await conn.fetch(
+        _CLAIM_LANES, list(hosts), list(tenants), list(counts), lease_s, owner, token
+    )
+    return _events(rows, token)
+
+
+async def claim_probe(
+    conn: asyncpg.Connection, *, host: str, lease_s: float, owner: str, token: UUID
+) -> list[ClaimedEvent]:
+    """Lease one event of ``host``, due or held, for the probe this caller was granted."""
+    return _events(await conn.fetch(_CLAIM_PROBE, host, lease_s, owner, token), token)
+
+
+async def hold_lanes(conn: asyncpg.Connection, *, hosts: Sequence[str], hold_s: float) -> None:
+    """Move the due rows of ``hosts`` whose circuit is not closed out of every claim's way."""
+    await conn.execute(_HOLD_LANES, list(hosts), hold_s)
 
 
 async def release_leases(conn: asyncpg.Connection, *, ids: Sequence[int], token: UUID) -> None:
