@@ -1,0 +1,96 @@
+"""The slot allocation alone: caps, shares, the reserve, turn order (no database)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from outbox.models import CircuitState, TenantId
+from outbox.scheduler import Caps, InFlight, allocate, held_hosts
+from outbox.store.delivery import DueLane
+
+DEFAULTS = Caps(total=200, per_host=20, per_tenant=50)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def lane(host: str, tenant: str, due: int = 20, age: int = 0, state: CircuitState = "closed"):  # type: ignore[no-untyped-def]
+    return DueLane(host, TenantId(tenant), T0 - timedelta(seconds=age), due, state)
+
+
+def running(*lanes: tuple[str, str, int]) -> InFlight:
+    flight = InFlight.empty()
+    for host, tenant, n in lanes:
+        for _ in range(n):
+            flight.add(host, tenant)
+    return flight
+
+
+def test_one_host_gets_exactly_its_free_slots() -> None:
+    assert allocate([lane("a", "t")], InFlight.empty(), DEFAULTS, batch=200) == {("a", "t"): 20}
+    busy = running(("a", "t", 15))
+    assert allocate([lane("a", "t")], busy, DEFAULTS, batch=200) == {("a", "t"): 5}
+    full = running(("a", "t", 20))
+    assert allocate([lane("a", "t")], full, DEFAULTS, batch=200) == {}
+
+
+def test_never_more_than_a_lane_has_due_nor_more_than_the_batch() -> None:
+    assert allocate([lane("a", "t", due=3)], InFlight.empty(), DEFAULTS, batch=200) == {
+        ("a", "t"): 3
+    }
+    lanes = [lane(f"h{i}", "t") for i in range(20)]
+    assert sum(allocate(lanes, InFlight.empty(), DEFAULTS, batch=50).values()) == 50
+
+
+def test_host_cap_is_shared_by_the_tenants_on_that_host() -> None:
+    got = allocate([lane("a", "x"), lane("a", "y")], InFlight.empty(), DEFAULTS, batch=200)
+    assert got == {("a", "x"): 10, ("a", "y"): 10}
+
+
+def test_a_tenant_alone_uses_all_but_the_reserve() -> None:
+    lanes = [lane(f"h{i}", "x") for i in range(100)]
+    got = allocate(lanes, InFlight.empty(), DEFAULTS, batch=500)
+    assert sum(got.values()) == 180  # 200 less the reserve of a tenth
+    assert max(got.values()) - min(got.values()) <= 1  # its hosts share evenly
+
+
+def test_a_newcomer_gets_the_reserve_while_the_hog_gets_nothing() -> None:
+    hog = running(*((f"h{i}", "x", 2) for i in range(90)))  # 180 hanging
+    lanes = [lane(f"h{i}", "x", age=60) for i in range(100)] + [lane("fast", "y")]
+    got = allocate(lanes, hog, DEFAULTS, batch=200)
+    assert got == {("fast", "y"): 20}
+
+
+def test_under_contention_each_tenant_holds_at_most_its_share() -> None:
+    lanes = [lane(f"x{i}", "x", age=10) for i in range(10)] + [
+        lane(f"y{i}", "y") for i in range(10)
+    ]
+    got = allocate(lanes, InFlight.empty(), DEFAULTS, batch=200)
+    per_tenant = {t: sum(n for (_, tt), n in got.items() if tt == t) for t in ("x", "y")}
+    assert per_tenant == {"x": 50, "y": 50}
+
+
+def test_tenants_take_turns_oldest_first() -> None:
+    lanes = [lane("a", "young", age=1), lane("b", "old", age=100), lane("c", "mid", age=50)]
+    got = allocate(lanes, running(("z", "z", 199)), DEFAULTS, batch=1)
+    assert got == {("b", "old"): 1}
+
+
+def test_a_tenant_near_its_cap_keeps_room_for_a_host_it_has_not_served() -> None:
+    # Tenant x has 48 of its 50 in flight on 3 hosts (over the reserve line of 45)
+    # and another tenant is due: only x's idle host may still start.
+    flight = running(("a", "x", 16), ("b", "x", 16), ("c", "x", 16), ("o", "other", 1))
+    lanes = [lane(h, "x", age=9) for h in "abc"] + [lane("d", "x"), lane("o", "other")]
+    got = allocate(lanes, flight, DEFAULTS, batch=200)
+    assert got[("d", "x")] == 2 and not {("a", "x"), ("b", "x"), ("c", "x")} & got.keys()
+
+
+def test_open_circuits_get_no_slots_and_are_held() -> None:
+    lanes = [lane("down", "t", state="open"), lane("half", "t", state="half-open"), lane("up", "t")]
+    assert allocate(lanes, InFlight.empty(), DEFAULTS, batch=200) == {("up", "t"): 20}
+    assert held_hosts(lanes) == ["down", "half"]
+
+
+def test_in_flight_counters_forget_what_finished() -> None:
+    flight = running(("a", "t", 2))
+    flight.remove("a", "t")
+    flight.remove("a", "t")
+    assert flight.total == 0 and not flight.lanes and not flight.hosts and not flight.tenants
