@@ -223,7 +223,9 @@ SELECT l.host, l.tenant_id, d.oldest, d.n, COALESCE(dest.state, 'closed') AS sta
 -- locks; the lease, not the row lock, holds the claim after this short
 -- transaction commits, so no transaction stays open across the HTTP calls.
 -- A host whose circuit opened since the lanes were read is skipped: its rows
--- are held, budget unspent.
+-- are held, budget unspent. The ids go to the UPDATE as an array, so it probes
+-- the primary key for each (the planner cannot size the lanes' windows and
+-- would otherwise hash-join against a scan of the whole outbox).
 WITH want AS (
     SELECT w.host, w.tenant_id, w.n
       FROM unnest($1::text[], $2::text[], $3::int[]) AS w(host, tenant_id, n)
@@ -245,8 +247,7 @@ UPDATE outbox o
    SET leased_until = now() + make_interval(secs => $4),
        lease_token = $6,
        lease_owner = $5
-  FROM due
- WHERE o.id = due.id
+ WHERE o.id = ANY (ARRAY(SELECT id FROM due))
 RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url, o.host,
           o.body, o.attempts, o.budget_used,
           -- Read with the claim: a rotation committed before it is seen here.
