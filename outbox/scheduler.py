@@ -34,10 +34,10 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from .store.delivery import DueLane
+from .store.delivery import ClaimedEvent, DueLane
 
 Lane = tuple[str, str]  # (host, tenant_id)
 K = TypeVar("K")
@@ -136,6 +136,24 @@ def allocate(
                 break
         # A tenant none of whose lanes fit drops out: grants only shrink room.
     return dict(grants)
+
+
+def still_due(
+    lanes: Sequence[DueLane], grants: dict[Lane, int], claimed: Sequence[ClaimedEvent], *, upto: int
+) -> list[DueLane]:
+    """The lanes worth claiming from again without looking: those that gave all
+    that was asked and had rows left. A lane counted at ``upto`` may hold any
+    number more, so it stays at ``upto``."""
+    got = Counter((e.host, e.tenant_id) for e in claimed)
+    left = []
+    for lane in lanes:
+        key = (lane.host, lane.tenant_id)
+        if lane.state != "closed" or got[key] < grants.get(key, 0):
+            continue  # held back, or ran dry (or other dispatchers took the rest)
+        due = upto if lane.due >= upto else lane.due - got[key]
+        if due > 0:
+            left.append(replace(lane, due=due))
+    return left
 
 
 def held_hosts(lanes: Sequence[DueLane]) -> list[str]:

@@ -94,3 +94,20 @@ def test_in_flight_counters_forget_what_finished() -> None:
     flight.remove("a", "t")
     flight.remove("a", "t")
     assert flight.total == 0 and not flight.lanes and not flight.hosts and not flight.tenants
+
+
+def test_lanes_stay_in_view_while_they_give_all_that_was_asked() -> None:
+    import uuid
+
+    from outbox.scheduler import still_due
+    from outbox.store.delivery import ClaimedEvent
+
+    def event(host: str, tenant: str) -> ClaimedEvent:
+        return ClaimedEvent(0, "e", tenant, "t", "x", "u", host, b"", 0, 0, 1, uuid.uuid4())  # type: ignore[arg-type]
+
+    lanes = [lane("busy", "t", due=20), lane("few", "t", due=5), lane("dry", "t", due=3)]
+    lanes.append(lane("down", "t", state="open"))
+    grants = {("busy", "t"): 4, ("few", "t"): 2, ("dry", "t"): 3}
+    claimed = [event("busy", "t")] * 4 + [event("few", "t")] * 2 + [event("dry", "t")]
+    left = still_due(lanes, grants, claimed, upto=20)
+    assert [(x.host, x.due) for x in left] == [("busy", 20), ("few", 3)]
