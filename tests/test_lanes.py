@@ -120,21 +120,21 @@ async def test_held_rows_leave_the_lanes_and_return_when_the_host_answers(pool, 
     async with pool.acquire() as conn:
         await conn.execute(
             "INSERT INTO destinations (host, state, consecutive_failures, probe_at) "
-            "VALUES ('down.example', 'open', 10, now() + interval '1 hour')"
+            "VALUES ('https://down.example:443', 'open', 10, now() + interval '1 hour')"
         )
         [lane] = await delivery.due_lanes(conn, upto=20)
-        assert (lane.host, lane.state, lane.due) == ("down.example", "open", 5)
-        await delivery.hold_lanes(conn, hosts=["down.example"], hold_s=3600)
+        assert (lane.host, lane.state, lane.due) == ("https://down.example:443", "open", 5)
+        await delivery.hold_lanes(conn, hosts=["https://down.example:443"], hold_s=3600)
         assert await delivery.due_lanes(conn, upto=20) == []
         held_until = await conn.fetchval(
-            "SELECT held_until FROM destinations WHERE host = 'down.example'"
+            "SELECT held_until FROM destinations WHERE host = 'https://down.example:443'"
         )
         assert held_until is not None
         assert await conn.fetchval("SELECT bool_and(next_attempt_at = $1) FROM outbox", held_until)
         # The probe takes a held row; its success puts the others back at once.
         token = uuid.uuid4()
         [probe] = await delivery.claim_probe(
-            conn, host="down.example", lease_s=30, owner="t", token=token
+            conn, host="https://down.example:443", lease_s=30, owner="t", token=token
         )
         now = datetime.now(UTC)
         ok = delivery.OutcomeRow(probe.id, token, "delivered", None, 204, None, now, 1.0, None)
@@ -153,17 +153,18 @@ async def test_claim_reads_no_held_row(pool, runtime) -> None:  # type: ignore[n
         await conn.execute(
             "INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host,"
             " body) SELECT 'evt_held_' || i, $1, 'task_x', 'task.succeeded',"
-            " 'https://down.example/hook', 'down.example', '{}' FROM generate_series(1, 2000) i",
+            " 'https://down.example/hook', 'https://down.example:443', '{}'"
+            " FROM generate_series(1, 2000) i",
             tenant.id,
         )
         await conn.execute(
             "INSERT INTO destinations (host, state, consecutive_failures, probe_at) "
-            "VALUES ('down.example', 'open', 10, now() + interval '1 hour')"
+            "VALUES ('https://down.example:443', 'open', 10, now() + interval '1 hour')"
         )
-        await delivery.hold_lanes(conn, hosts=["down.example"], hold_s=3600)
+        await delivery.hold_lanes(conn, hosts=["https://down.example:443"], hold_s=3600)
         await conn.execute("ANALYZE outbox")
         lanes = await delivery.due_lanes(conn, upto=20)
-        assert [(x.host, x.due) for x in lanes] == [("up.example", 3)]
+        assert [(x.host, x.due) for x in lanes] == [("https://up.example:443", 3)]
         assert await _rows_read(conn, "due_lanes", 20) < 50
 
 
