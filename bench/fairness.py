@@ -7,7 +7,7 @@ for ``--y-seconds`` to a fast receiver, which stamps each arrival against the
 event's commit time. Y's complete→receipt is the figure; X's peak of requests
 held open shows the share it got.
 
-    python bench/fairness.py [--x-events 1000] [--x-hosts 100] [--y-rate 100] [--y-seconds 10]
+    python -m bench fairness [--x-events 1000] [--x-hosts 100] [--y-rate 100] [--y-seconds 10]
 """
 
 from __future__ import annotations
@@ -22,25 +22,21 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import (
-    ROOT,
-    ReceiverProcess,
-    free_port,
-    fresh_database,
-    master_key,
-    percentile,
-    record,
-    server_dsn,
-    service_env,
-    start_dispatcher,
-    wait_for_port,
-)
-
 from outbox import complete_task
 from outbox.crypto import SecretBox
 from outbox.db import create_pool
 from outbox.tasks import NewTask, create_task
 from outbox.tenants import create_tenant
+
+from .common import (
+    ReceiverProcess,
+    fresh_database,
+    percentile,
+    record,
+    server_dsn,
+    start_dispatcher,
+)
+from .procs import ROOT, free_port, master_key, service_env, wait_for_port
 
 
 async def main() -> None:
@@ -58,7 +54,7 @@ async def main() -> None:
     ports = sorted(found)
     out = Path(tempfile.mkdtemp()) / "blackhole.json"
     hole = subprocess.Popen(
-        [sys.executable, str(ROOT / "bench" / "blackhole.py"), ",".join(map(str, ports)), str(out)]
+        [sys.executable, "-m", "bench._blackhole", ",".join(map(str, ports)), str(out)], cwd=ROOT
     )
     wait_for_port(ports[-1], hole)
     rx = ReceiverProcess()
@@ -93,7 +89,7 @@ async def main() -> None:
         hole.wait(10)
     stats = rx.stop()
     held = json.loads(out.read_text())
-    lat = list(stats["latencies_ms"])  # type: ignore[call-overload]
+    lat = list(stats["latencies_ms"])
     table = (
         "| figure | value |\n|---|---|\n"
         f"| tenant X: events to never-answering hosts | {args.x_events:,} "
@@ -107,11 +103,7 @@ async def main() -> None:
     print(table)
     record(
         "fairness: a tenant's never-answering hosts",
-        f"python bench/fairness.py --x-events {args.x_events} --x-hosts {args.x_hosts} "
+        f"python -m bench fairness --x-events {args.x_events} --x-hosts {args.x_hosts} "
         f"--y-rate {args.y_rate:g} --y-seconds {args.y_seconds:g}",
         table,
     )
-
-
-if __name__ == "__main__":
-    asyncio.run(main())

@@ -7,21 +7,21 @@ dispatcher's own: find the due lanes, then lease ``--batch`` rows from the busy
 lane, which are then deleted as a delivery deletes them (``--due`` must cover
 ``--rounds`` x ``--batch``).
 
-    python bench/held.py [--held 200000] [--due 20000] [--rounds 300] [--batch 20]
+    python -m bench held [--held 200000] [--due 20000] [--rounds 300] [--batch 20]
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import time
 import uuid
 
 import asyncpg
-from common import fresh_database, percentile, record, server_dsn, server_facts
 
 from outbox.scheduler import HOLD_S
 from outbox.store import delivery
+
+from .common import fresh_database, percentile, record, server_dsn, server_facts
 
 FILL = """
 INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host, body)
@@ -100,11 +100,7 @@ async def main() -> None:
     print(table)
     record(
         f"held: {args.batch}-row claims, {args.due:,} due, {args.held:,} held",
-        f"python bench/held.py --held {args.held} --due {args.due} --rounds {args.rounds} "
+        f"python -m bench held --held {args.held} --due {args.due} --rounds {args.rounds} "
         f"--batch {args.batch}",
         table,
     )
-
-
-if __name__ == "__main__":
-    asyncio.run(main())

@@ -6,8 +6,8 @@ answer. Its ``concurrency_limit`` is hookrelay's per-host cap, the setting the
 docs give for not overwhelming one external API. PgQueuer is in the ``bench``
 extra only: it is the yardstick, not part of hookrelay.
 
-    python bench/pgq.py [--jobs 5000] [--concurrency 20]
-    python bench/pgq.py --worker DSN URL N CONCURRENCY      (one worker process)
+    python -m bench pgq [--jobs 5000] [--concurrency 20]
+    python -m bench.pgq --worker DSN URL N CONCURRENCY      (one worker process)
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ async def worker(dsn: str, url: str, n: int, concurrency: int) -> None:
 def run_worker(dsn: str, url: str, n: int, concurrency: int) -> float:
     """One PgQueuer worker process draining ``n`` jobs: its delivered/s."""
     out = subprocess.run(
-        [sys.executable, __file__, "--worker", dsn, url, str(n), str(concurrency)],
+        [sys.executable, "-m", "bench.pgq", "--worker", dsn, url, str(n), str(concurrency)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -89,8 +89,7 @@ def run_worker(dsn: str, url: str, n: int, concurrency: int) -> float:
 
 async def pgq_rate(server: str, url: str, body: bytes, n: int, concurrency: int) -> float:
     """Fresh database, ``n`` jobs, one worker process: delivered/s."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    from common import fresh_database
+    from .common import fresh_database
 
     dsn = await fresh_database(server)
     await enqueue(dsn, body, n)
@@ -107,7 +106,7 @@ async def main() -> None:
         dsn, url, n, c = args.worker
         await worker(dsn, url, int(n), int(c))
         return
-    from common import ReceiverProcess, server_dsn
+    from .common import ReceiverProcess, server_dsn
 
     rx = ReceiverProcess()
     try:

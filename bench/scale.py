@@ -10,6 +10,7 @@ every event has exactly one attempt row, and the processes' own counters add up.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import json
 import subprocess
@@ -24,6 +25,7 @@ from outbox.crypto import SecretBox
 from .backlog import fill
 from .common import ReceiverProcess, fresh_database, record, seconds_to_drain, server_dsn
 from .procs import ROOT, hookrelay, master_key, service_env
+
 
 async def pg_busy_ms(conn: asyncpg.Connection) -> tuple[str, float]:
     """Milliseconds PostgreSQL has spent executing statements in this database so far.
@@ -128,7 +130,7 @@ async def main() -> None:
             r["received"] == r["unique"] == r["attempt_rows"] == args.events
             and r["max_number"] == 1
             and sum(r["per_process"]) == args.events
-        )  # type: ignore[call-overload]
+        )
     pg_ms = float(results[0]["pg_ms_per_1000"])
     lines += [
         "",

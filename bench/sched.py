@@ -9,37 +9,28 @@ receiver process and the same bodies:
 
 From the dispatcher's own counters: rows claimed, released and delivered.
 
-    python bench/sched.py [--events 20000] [--pgq-jobs 5000]
+    python -m bench sched [--events 20000] [--pgq-jobs 5000]
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import base64
 import json
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import asyncpg
-from backlog import fill
-from common import (
-    ROOT,
-    ReceiverProcess,
-    fresh_database,
-    master_key,
-    record,
-    seconds_to_drain,
-    server_dsn,
-    service_env,
-)
-from e2e import bare_client_limit
-from pgq import pgq_rate
 
 from outbox.crypto import SecretBox
 from outbox.dispatcher import DispatcherConfig
+
+from .backlog import fill
+from .common import ReceiverProcess, fresh_database, record, seconds_to_drain, server_dsn
+from .e2e import bare_client_limit
+from .pgq import pgq_rate
+from .procs import ROOT, hookrelay, master_key, service_env
 
 PER_HOST = DispatcherConfig.per_host_concurrency
 
@@ -48,9 +39,7 @@ async def drain_counted(dsn: str, env: dict[str, str], n: int) -> tuple[float, d
     """One dispatcher process drains the outbox: (delivered/s, its counters at stop)."""
     log = Path(tempfile.mkstemp(suffix=".log")[1])
     conn = await asyncpg.connect(dsn)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "dispatch"], env=env, cwd=ROOT, stderr=log.open("wb")
-    )
+    proc = subprocess.Popen(hookrelay("dispatch"), env=env, cwd=ROOT, stderr=log.open("wb"))
     try:
         rate = n / await seconds_to_drain(conn)
     finally:
@@ -100,10 +89,6 @@ async def main() -> None:
     print(table)
     record(
         "sched: one busy host at default settings",
-        f"python bench/sched.py --events {args.events} --pgq-jobs {args.pgq_jobs}",
+        f"python -m bench sched --events {args.events} --pgq-jobs {args.pgq_jobs}",
         table,
     )
-
-
-if __name__ == "__main__":
-    asyncio.run(main())

@@ -5,7 +5,7 @@ are submitted first; then an executor completes ``--rate`` of them a second with
 ``POST /v1/tasks/{id}/complete``. The receiver stamps each arrival against the
 event's commit time (the completion), so the figure is complete→receipt.
 
-    python bench/serve_latency.py [--rate 1000] [--seconds 10]
+    python -m bench serve_latency [--rate 1000] [--seconds 10]
 """
 
 from __future__ import annotations
@@ -13,22 +13,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import subprocess
-import sys
 import time
 
 import aiohttp
-from common import (
-    ROOT,
-    ReceiverProcess,
-    free_port,
-    fresh_database,
-    master_key,
-    percentile,
-    record,
-    server_dsn,
-    service_env,
-    wait_for_port,
-)
+
+from .common import ReceiverProcess, fresh_database, percentile, record, server_dsn
+from .procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
 
 ADMIN = {"Authorization": "Bearer bench"}
 
@@ -42,7 +32,7 @@ async def main() -> None:
     rx = ReceiverProcess()
     port = free_port()
     env = service_env(dsn, master_key(), host="127.0.0.1", port=port)
-    serve = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], env=env, cwd=ROOT)
+    serve = subprocess.Popen(hookrelay("serve"), env=env, cwd=ROOT)
     n = int(args.rate * args.seconds)
     late = 0
     try:
@@ -92,7 +82,7 @@ async def main() -> None:
         serve.terminate()
         serve.wait(30)
     stats = rx.stop()
-    lat = list(stats["latencies_ms"])  # type: ignore[call-overload]
+    lat = list(stats["latencies_ms"])
     table = (
         f"offered: {offered:,.0f} completions/s for {args.seconds:g} s ({n:,} events), "
         f"through `POST /v1/tasks/{{id}}/complete`\n\n"
@@ -104,10 +94,6 @@ async def main() -> None:
     print(table)
     record(
         "serve: steady completions through the API",
-        f"python bench/serve_latency.py --rate {args.rate:g} --seconds {args.seconds:g}",
+        f"python -m bench serve_latency --rate {args.rate:g} --seconds {args.seconds:g}",
         table,
     )
-
-
-if __name__ == "__main__":
-    asyncio.run(main())

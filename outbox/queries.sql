@@ -709,13 +709,23 @@ SELECT event_id FROM tasks WHERE id = $1;
 -- name: ops_close_circuit
 -- A manual close: the host is healthy again as far as the operator knows. Its
 -- held events become claimable at the next claim; the NOTIFY ($2, the outbox
--- channel) wakes the dispatchers at commit.
-WITH closed AS (
+-- channel) wakes the dispatchers at commit. Rows moved out of the way while
+-- it was open (hold_lanes) are due again at once, as when a probe succeeds;
+-- `was` reads held_until before `closed` clears it (one snapshot for all CTEs).
+WITH was AS (
+    SELECT host, held_until FROM destinations WHERE host = $1 AND state <> 'closed'
+),
+closed AS (
     UPDATE destinations
        SET state = 'closed', consecutive_failures = 0, opened_at = NULL, probe_at = NULL,
-           updated_at = now()
+           held_until = NULL, updated_at = now()
      WHERE host = $1 AND state <> 'closed'
- RETURNING host)
+ RETURNING host),
+released AS (
+    UPDATE outbox o SET next_attempt_at = now()
+      FROM was w
+     WHERE o.host = w.host AND o.next_attempt_at = w.held_until
+)
 SELECT host, pg_notify($2, '') FROM closed;
 
 -- name: ops_audit_insert

@@ -14,8 +14,8 @@ from aiohttp import web
 from outbox.dispatcher import running
 from outbox.store import delivery
 
-from .dispatching import backlog, dispatcher, wait_drained
 from .receiver import Receiver
+from .support import backlog, dispatcher, wait_drained
 
 pytestmark = pytest.mark.anyio
 
@@ -59,7 +59,7 @@ class Blackhole:
         self._server.close()
 
 
-async def test_one_host_claims_only_what_can_start(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+async def test_one_host_claims_only_what_can_start(pool, runtime, receiver) -> None:
     in_flight = {"now": 0, "peak": 0}
 
     async def slowish(request: web.Request, rx: Receiver) -> web.StreamResponse:
@@ -79,7 +79,7 @@ async def test_one_host_claims_only_what_can_start(pool, runtime, receiver) -> N
     assert in_flight["peak"] <= 20
 
 
-async def test_hanging_hosts_of_one_tenant_do_not_starve_another(pool, runtime, receiver) -> None:  # type: ignore[no-untyped-def]
+async def test_hanging_hosts_of_one_tenant_do_not_starve_another(pool, runtime, receiver) -> None:
     rt = replace(
         runtime,
         settings=replace(
@@ -114,7 +114,7 @@ async def test_hanging_hosts_of_one_tenant_do_not_starve_another(pool, runtime, 
             await hole.stop()
 
 
-async def test_held_rows_leave_the_lanes_and_return_when_the_host_answers(pool, runtime) -> None:  # type: ignore[no-untyped-def]
+async def test_held_rows_leave_the_lanes_and_return_when_the_host_answers(pool, runtime) -> None:
     url = "https://down.example/hook"
     await backlog(pool, runtime, url, 5)
     async with pool.acquire() as conn:
@@ -146,7 +146,7 @@ async def test_held_rows_leave_the_lanes_and_return_when_the_host_answers(pool, 
         assert await conn.fetchval("SELECT held_until FROM destinations") is None
 
 
-async def test_claim_reads_no_held_row(pool, runtime) -> None:  # type: ignore[no-untyped-def]
+async def test_claim_reads_no_held_row(pool, runtime) -> None:
     """A due lane's claim and the lane scan read a handful of buffers, held rows or not."""
     tenant, _ = await backlog(pool, runtime, "https://up.example/hook", 3)
     async with pool.acquire() as conn:
@@ -187,3 +187,21 @@ async def _rows_read(conn: asyncpg.Connection, name: str, *args: object) -> int:
 
     walk((json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"])
     return total
+
+
+async def test_a_manual_close_puts_held_rows_back(pool, runtime) -> None:
+    from outbox.store import console
+
+    await backlog(pool, runtime, "https://down.example/hook", 3)
+    host = "https://down.example:443"
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "INSERT INTO destinations (host, state, consecutive_failures, probe_at) "
+            "VALUES ($1, 'open', 10, now() + interval '1 hour')",
+            host,
+        )
+        await delivery.hold_lanes(conn, hosts=[host], hold_s=3600)
+        assert await delivery.due_lanes(conn, upto=20) == []
+        assert await console.close_circuit(conn, host=host)
+        [lane] = await delivery.due_lanes(conn, upto=20)
+        assert (lane.host, lane.state, lane.due) == (host, "closed", 3)

@@ -20,10 +20,9 @@ from outbox.circuit import BreakerPolicy
 from outbox.delivery import AttemptResult
 from outbox.models import Outcome
 from outbox.recorder import Recorder
-from outbox.store import delivery
 from outbox.store.delivery import ClaimedEvent
 
-from .support import backlog, eventually
+from .support import backlog, claim_due, eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -32,7 +31,7 @@ async def leased(pool: asyncpg.Pool, runtime: Any, n: int) -> list[ClaimedEvent]
     """``n`` outbox rows leased by this test, as the dispatcher would hold them."""
     await backlog(pool, runtime, "http://127.0.0.1:9/hook", n)
     async with pool.acquire() as conn:
-        events = await delivery.claim(conn, limit=n, lease_s=60, owner="test", token=uuid.uuid4())
+        events = await claim_due(conn, limit=n, lease_s=60, owner="test", token=uuid.uuid4())
     assert len(events) == n
     return events
 

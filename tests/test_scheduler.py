@@ -12,7 +12,7 @@ DEFAULTS = Caps(total=200, per_host=20, per_tenant=50)
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def lane(host: str, tenant: str, due: int = 20, age: int = 0, state: CircuitState = "closed"):  # type: ignore[no-untyped-def]
+def lane(host: str, tenant: str, due: int = 20, age: int = 0, state: CircuitState = "closed"):
     return DueLane(host, TenantId(tenant), T0 - timedelta(seconds=age), due, state)
 
 

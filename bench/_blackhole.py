@@ -1,6 +1,6 @@
 """A receiver that never answers: listens on several ports, reads requests, holds them open.
 
-    python bench/blackhole.py PORT,PORT,... OUT
+    python -m bench._blackhole PORT,PORT,... OUT
 
 On SIGTERM it writes ``{"accepted", "peak_open"}`` to OUT: the connections taken
 and the most held open at once, over all ports.
