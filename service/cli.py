@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 from outbox.db import create_pool
 
-from . import commands, database_cli, deadletters_cli, failures, logs, serving, tenants_cli
+from . import commands, database_cli, deadletters_cli, failures, listen, logs, serving, tenants_cli
 from .runtime import Runtime, absolute, open_dsn, prepare
 from .settings import Settings
 from .startup import open_database
@@ -110,6 +110,7 @@ def _parser() -> argparse.ArgumentParser:
     database_cli.add_parsers(sub)
     tenants_cli.add_parser(sub)
     deadletters_cli.add_parser(sub)
+    listen.add_parser(sub)
     return p
 
 
@@ -160,6 +161,9 @@ def _one_shot(args: argparse.Namespace, settings: Settings) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(argv)
+    if args.command == "listen":
+        # A receiver on the integrator's side: no database, no hookrelay settings.
+        return listen.main(args)
     settings: Settings | None = None
     # Until a command installs its own handling, SIGTERM interrupts like Ctrl-C,
     # so the embedded server is let go of on the way out.
