@@ -107,12 +107,20 @@ class InvalidCallbackUrl(OutboxError, ValueError):
     """
 
 
-class BlockedDestination(OutboxError):
-    """A callback URL resolves to an address the SSRF guard refuses."""
+class PlainHttpRefused(InvalidCallbackUrl):
+    """A plain-http callback URL while the policy allows https only."""
 
-    def __init__(self, reason: str) -> None:
+
+class BlockedDestination(OutboxError):
+    """A callback URL resolves to an address the SSRF guard refuses.
+
+    ``allow`` is the narrowest CIDR that, listed as allowed, would let it through.
+    """
+
+    def __init__(self, reason: str, allow: str | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.allow = allow
 
 
 class TransportError(OutboxError):

@@ -19,7 +19,12 @@ import idna
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from outbox.dns import AiohttpResolver, Resolver
-from outbox.errors import BlockedDestination, ConfigurationError, InvalidCallbackUrl
+from outbox.errors import (
+    BlockedDestination,
+    ConfigurationError,
+    InvalidCallbackUrl,
+    PlainHttpRefused,
+)
 from outbox.hostkey import (
     DEFAULT_PORTS,
     IPV4_COMPATIBLE,
@@ -66,6 +71,10 @@ def _embedded_ipv4(addr: IPAddress) -> list[ipaddress.IPv4Address]:
     return []
 
 
+def _single(addr: IPAddress) -> str:
+    return f"{addr}/{addr.max_prefixlen}"
+
+
 def _blocked_network(addr: IPAddress) -> IPNetwork | None:
     return next((net for net in BLOCKED_NETWORKS if addr in net), None)
 
@@ -107,19 +116,27 @@ class AddressPolicy:
 
     def ip_block_reason(self, ip: IPAddress | str) -> str | None:
         """None if ``ip`` may be reached, else why not."""
+        blocked = self.ip_block(ip)
+        return None if blocked is None else blocked.reason
+
+    def ip_block(self, ip: IPAddress | str) -> BlockedDestination | None:
+        """None if ``ip`` may be reached, else the error saying why and what would allow it."""
         try:
             addr = ipaddress.ip_address(ip) if isinstance(ip, str) else ip
         except ValueError:
-            return f"{ip!r} is not an IP address"  # fail closed
+            return BlockedDestination(f"{ip!r} is not an IP address")  # fail closed
         if self._is_allowed(addr):
             return None
         net = _blocked_network(addr)
         if net is not None:
-            return f"address {addr} is in blocked range {net}"
+            return BlockedDestination(f"address {addr} is in blocked range {net}", _single(addr))
         for inner in _embedded_ipv4(addr):
             net = _blocked_network(inner)
             if net is not None and not self._is_allowed(inner):
-                return f"address {addr} embeds {inner}, which is in blocked range {net}"
+                return BlockedDestination(
+                    f"address {addr} embeds {inner}, which is in blocked range {net}",
+                    _single(inner),
+                )
         return None
 
     def check_url(self, url: str) -> ParsedTarget:
@@ -139,7 +156,7 @@ class AddressPolicy:
         if parts.scheme not in DEFAULT_PORTS:
             raise InvalidCallbackUrl("URL must be an absolute http:// or https:// URL")
         if parts.scheme == "http" and not self.allow_http:
-            raise InvalidCallbackUrl("plain http URLs are not allowed; use https")
+            raise PlainHttpRefused("plain http URLs are not allowed; use https")
         if "#" in url:
             raise InvalidCallbackUrl("URL must not contain a fragment")
         if "@" in parts.netloc:
@@ -154,9 +171,9 @@ class AddressPolicy:
             port = int(port_text)
         host, literal = _normalize_host(host, bracketed)
         if literal is not None:
-            reason = self.ip_block_reason(literal)
-            if reason is not None:
-                raise BlockedDestination(reason)
+            blocked = self.ip_block(literal)
+            if blocked is not None:
+                raise blocked
             if host != str(literal):
                 raise InvalidCallbackUrl(
                     f"host {host!r} is a non-canonical IPv4 address ({literal})"
@@ -209,9 +226,11 @@ def _normalize_host(host: str, bracketed: bool) -> tuple[str, IPAddress | None]:
 
 def _refuse_blocked(host: str, addresses: Iterable[str], policy: AddressPolicy) -> None:
     for address in addresses:
-        reason = policy.ip_block_reason(address)
-        if reason is not None:
-            raise BlockedDestination(reason if host == address else f"{host}: {reason}")
+        blocked = policy.ip_block(address)
+        if blocked is not None:
+            if host != address:
+                raise BlockedDestination(f"{host}: {blocked.reason}", blocked.allow)
+            raise blocked
 
 
 async def resolve_checked(

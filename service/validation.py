@@ -11,11 +11,11 @@ from datetime import datetime
 from typing import Any
 
 from outbox.dns import Resolver
-from outbox.errors import BlockedDestination, InvalidCallbackUrl, LookupFailed
-from outbox.ssrf import AddressPolicy, guard_target
+from outbox.ssrf import AddressPolicy
 from outbox.tasks import Cursor, NewTask
 from outbox.transitions import TERMINAL_STATUSES, TerminalStatus
 
+from .callback_url import check_callback_url
 from .errors import BadRequest, Unprocessable
 
 TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,99}$")
@@ -39,37 +39,6 @@ def _object(body: Any, allowed: set[str]) -> dict[str, Any]:
     if unknown:
         raise Unprocessable(f"unknown field(s): {', '.join(unknown)}")
     return body
-
-
-async def check_callback_url(url: Any, policy: AddressPolicy, resolver: Resolver) -> str:
-    """Syntax, scheme and every resolved address of a callback URL (422 if refused).
-
-    A lookup that fails or runs out of time fails this submit alone, with a 422
-    that says so; our own resolver failing is a 503, since the URL may be fine.
-    """
-    if not isinstance(url, str) or not url:
-        raise Unprocessable(
-            "callbackUrl is required and must be a string", code="invalid_callback_url"
-        )
-    try:
-        await guard_target(url, policy, resolver)
-    except BlockedDestination as exc:
-        raise Unprocessable(
-            f"callbackUrl refused: {exc.reason}", code="blocked_callback_url"
-        ) from exc
-    except InvalidCallbackUrl as exc:
-        raise Unprocessable(f"callbackUrl is invalid: {exc}", code="invalid_callback_url") from exc
-    except LookupFailed as exc:
-        raise Unprocessable(
-            f"callbackUrl host cannot be resolved ({exc.reason}); callback hosts are "
-            "looked up in DNS when a task is submitted",
-            code="invalid_callback_url",
-        ) from exc
-    except UnicodeError as exc:
-        raise Unprocessable(
-            "callbackUrl host cannot be resolved", code="invalid_callback_url"
-        ) from exc
-    return url
 
 
 async def new_task(body: Any, policy: AddressPolicy, resolver: Resolver) -> NewTask:
