@@ -12,7 +12,7 @@ from outbox.ssrf import AddressPolicy
 from service.callback_url import check_callback_url
 from service.errors import Unprocessable
 
-from .conftest import bearer
+from .support import bearer
 
 pytestmark = pytest.mark.anyio
 
@@ -68,7 +68,7 @@ async def test_unresolvable_host_says_dns_is_checked_at_submit(monkeypatch: Any)
     assert "checks DNS when the task is submitted" in err.message
 
 
-async def test_the_api_answers_the_hint(client, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_the_api_answers_the_hint(client, tenant) -> None:
     r = await client.post(
         "/v1/tasks",
         json={"type": "t", "callbackUrl": "http://10.0.0.7/hooks"},

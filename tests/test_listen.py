@@ -14,9 +14,8 @@ import pytest
 
 from outbox import signing
 
-from .conftest import ADMIN, ROOT, bearer
-from .processes import dispatcher_env, free_port, start, wait_for_port
 from .receiver import Receiver
+from .support import ADMIN, ROOT, bearer, dispatcher_env, free_port, start, wait_for_port
 
 pytestmark = pytest.mark.anyio
 
@@ -71,7 +70,7 @@ async def listen(*args: str) -> AsyncIterator[Listen]:
 
 
 @pytest.fixture
-async def serve(runtime, dsn) -> AsyncIterator[tuple[httpx.AsyncClient, dict[str, Any]]]:  # type: ignore[no-untyped-def]
+async def serve(runtime, dsn) -> AsyncIterator[tuple[httpx.AsyncClient, dict[str, Any]]]:
     """``hookrelay serve`` (2 attempts, fast retries) and a tenant; yields (client, tenant)."""
     port = free_port()
     proc = await start("serve", dispatcher_env(runtime, dsn, port=str(port), max_attempts="2"))
@@ -100,11 +99,11 @@ async def delivery(c: httpx.AsyncClient, key: str, task_id: str, want: str) -> d
         found: dict[str, Any] = (await c.get(f"/v1/tasks/{task_id}", headers=bearer(key))).json()
         if found["delivery"]["status"] == want or time.monotonic() > deadline:
             assert found["delivery"]["status"] == want, found
-            return found["delivery"]
+            return dict(found["delivery"])
         await asyncio.sleep(0.1)
 
 
-async def test_verified_webhook_is_printed_and_answered_204(serve) -> None:  # type: ignore[no-untyped-def]
+async def test_verified_webhook_is_printed_and_answered_204(serve) -> None:
     c, tenant = serve
     async with listen("--secret", tenant["signingSecret"]) as rx:
         task_id = await finish_task(c, tenant["apiKey"], rx.url)
@@ -115,7 +114,7 @@ async def test_verified_webhook_is_printed_and_answered_204(serve) -> None:  # t
     assert f'"id": "{task_id}"' in rx.text  # the body, indented
 
 
-async def test_wrong_secret_is_reported_and_refused(serve) -> None:  # type: ignore[no-untyped-def]
+async def test_wrong_secret_is_reported_and_refused(serve) -> None:
     c, tenant = serve
     async with listen("--secret", signing.generate_secret()) as rx:
         task_id = await finish_task(c, tenant["apiKey"], rx.url)
@@ -124,7 +123,7 @@ async def test_wrong_secret_is_reported_and_refused(serve) -> None:  # type: ign
     assert d["lastStatusCode"] == 400
 
 
-async def test_status_option_makes_hookrelay_retry_then_dead_letter(serve) -> None:  # type: ignore[no-untyped-def]
+async def test_status_option_makes_hookrelay_retry_then_dead_letter(serve) -> None:
     c, tenant = serve
     async with listen("--secret", tenant["signingSecret"], "--status", "500") as rx:
         task_id = await finish_task(c, tenant["apiKey"], rx.url)
@@ -132,7 +131,7 @@ async def test_status_option_makes_hookrelay_retry_then_dead_letter(serve) -> No
     assert rx.text.count("<-- 500 (--status)") == 2 and d["attempts"] == 2
 
 
-async def test_without_secret_nothing_is_verified(serve) -> None:  # type: ignore[no-untyped-def]
+async def test_without_secret_nothing_is_verified(serve) -> None:
     c, tenant = serve
     async with listen() as rx:
         task_id = await finish_task(c, tenant["apiKey"], rx.url)
@@ -140,7 +139,7 @@ async def test_without_secret_nothing_is_verified(serve) -> None:  # type: ignor
     assert "signature not checked (no --secret given)" in rx.text
 
 
-async def test_forward_passes_verified_webhooks_and_the_apps_answer(serve) -> None:  # type: ignore[no-untyped-def]
+async def test_forward_passes_verified_webhooks_and_the_apps_answer(serve) -> None:
     c, tenant = serve
     app = await Receiver().start()
     try:
@@ -157,7 +156,7 @@ async def test_forward_passes_verified_webhooks_and_the_apps_answer(serve) -> No
         await app.stop()
 
 
-async def test_forward_failure_answers_502(serve) -> None:  # type: ignore[no-untyped-def]
+async def test_forward_failure_answers_502(serve) -> None:
     c, tenant = serve
     nowhere = f"http://127.0.0.1:{free_port()}/"
     async with listen("--secret", tenant["signingSecret"], "--forward", nowhere) as rx:

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT
-from .processes import free_port, wait_for_port
+from .support import ROOT, free_port, wait_for_port
 
 pytestmark = pytest.mark.anyio
 

@@ -20,8 +20,7 @@ import pytest
 
 from outbox.signing import Signer, generate_secret
 
-from .conftest import ROOT
-from .processes import free_port, wait_for_port
+from .support import ROOT, free_port, wait_for_port
 
 pytestmark = pytest.mark.anyio
 

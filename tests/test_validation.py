@@ -11,6 +11,7 @@ from outbox.dns import Resolver
 from outbox.ssrf import AddressPolicy
 from outbox.tasks import Cursor
 from service import validation as v
+from service.callback_url import check_callback_url
 from service.errors import BadRequest, Unprocessable
 
 LOOPBACK = AddressPolicy.from_settings("127.0.0.0/8", allow_http=True)
@@ -75,7 +76,7 @@ async def test_new_task_refusals(body: Any, message: str) -> None:
 )
 async def test_callback_url_refusals(url: Any, code: str, message: str) -> None:
     with pytest.raises(Unprocessable) as err:
-        await v.check_callback_url(url, LOOPBACK, RESOLVER)
+        await check_callback_url(url, LOOPBACK, RESOLVER)
     assert err.value.code == code and message in err.value.message
 
 
@@ -83,8 +84,8 @@ async def test_callback_url_refusals(url: Any, code: str, message: str) -> None:
 async def test_http_callbacks_need_the_setting() -> None:
     strict = AddressPolicy.from_settings("127.0.0.0/8", allow_http=False)
     with pytest.raises(Unprocessable):
-        await v.check_callback_url(HOOK, strict, RESOLVER)
-    assert await v.check_callback_url(HOOK, LOOPBACK, RESOLVER) == HOOK
+        await check_callback_url(HOOK, strict, RESOLVER)
+    assert await check_callback_url(HOOK, LOOPBACK, RESOLVER) == HOOK
 
 
 def test_completion() -> None:
