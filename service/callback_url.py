@@ -55,4 +55,3 @@ async def check_callback_url(url: Any, policy: AddressPolicy, resolver: Resolver
             code="invalid_callback_url",
         ) from exc
     return url
-

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import socket
-from typing import Any
 
 import pytest
 
+from outbox.dns import Resolved, Resolver
+from outbox.errors import LookupFailed
 from outbox.ssrf import AddressPolicy
 from service.callback_url import check_callback_url
 from service.errors import Unprocessable
@@ -19,9 +19,27 @@ pytestmark = pytest.mark.anyio
 STRICT = AddressPolicy.from_settings("", allow_http=False)
 
 
-async def refusal(url: str, policy: AddressPolicy = STRICT) -> Unprocessable:
+class FixedResolver(Resolver):
+    """Answers every name with ``address``, or fails the lookup when it is None."""
+
+    def __init__(self, address: str | None) -> None:
+        super().__init__()
+        self.address = address
+
+    async def resolve(self, host: str) -> list[Resolved]:
+        if self.address is None:
+            raise LookupFailed(host, "no such name")
+        return [Resolved(socket.AF_INET, self.address)]
+
+
+NEVER_ASKED = FixedResolver(None)  # IP-literal hosts are judged without a lookup
+
+
+async def refusal(
+    url: str, policy: AddressPolicy = STRICT, resolver: Resolver = NEVER_ASKED
+) -> Unprocessable:
     with pytest.raises(Unprocessable) as caught:
-        await check_callback_url(url, policy)
+        await check_callback_url(url, policy, resolver)
     return caught.value
 
 
@@ -44,27 +62,19 @@ async def test_blocked_address_names_the_cidr_to_allow(url: str, allow: str) -> 
     assert f"HOOKRELAY_ALLOW_PRIVATE_CIDRS={allow}" in err.message
     # ...and that CIDR really is what lets it through.
     policy = AddressPolicy.from_settings(allow, allow_http=False)
-    assert await check_callback_url(url, policy) == url
+    assert await check_callback_url(url, policy, NEVER_ASKED) == url
 
 
-async def test_a_name_resolving_to_a_blocked_address_names_the_cidr(monkeypatch: Any) -> None:
-    async def loopback(*args: Any, **kwargs: Any) -> list[Any]:
-        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.2", 443))]
-
-    monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", loopback)
-    err = await refusal("https://receiver.example:443/")
+async def test_a_name_resolving_to_a_blocked_address_names_the_cidr() -> None:
+    err = await refusal("https://receiver.example:443/", resolver=FixedResolver("127.0.0.2"))
     assert "receiver.example: address 127.0.0.2" in err.message
     assert "HOOKRELAY_ALLOW_PRIVATE_CIDRS=127.0.0.2/32" in err.message
 
 
-async def test_unresolvable_host_says_dns_is_checked_at_submit(monkeypatch: Any) -> None:
-    async def no_dns(*args: Any, **kwargs: Any) -> list[Any]:
-        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-
-    monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", no_dns)
+async def test_unresolvable_host_says_dns_is_checked_at_submit() -> None:
     err = await refusal("https://nowhere-at-all.example/hooks")
     assert err.code == "invalid_callback_url"
-    assert "'nowhere-at-all.example' cannot be resolved (Name or service not known)" in err.message
+    assert "'nowhere-at-all.example' cannot be resolved (no such name)" in err.message
     assert "checks DNS when the task is submitted" in err.message
 
 

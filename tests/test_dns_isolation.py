@@ -78,7 +78,7 @@ async def test_hanging_dns_of_one_tenant_costs_another_nothing(
                 error = r.json()["error"]
                 assert error["code"] == "invalid_callback_url"
                 assert "no DNS answer" in error["message"]
-                assert "looked up in DNS when a task is submitted" in error["message"]
+                assert "checks DNS when the task is submitted" in error["message"]
 
     # Y: every event delivered at its first attempt, nothing dead-lettered.
     y_attempts = await pool.fetch(
