@@ -18,7 +18,7 @@ from .auth import KeyCache, revocations
 from .console.security import SignInThrottle
 from .errors import HANDLERS
 from .limits import HeaderLimit
-from .routes import admin, deadletters, destinations, health, metrics, tasks
+from .routes import admin, deadletters, destinations, docs, health, metrics, tasks
 from .runtime import Runtime
 from .watcher import TaskWatcher
 
@@ -69,6 +69,7 @@ def create_app(
             *deadletters.routes,
             *destinations.routes,
             *openapi.routes,
+            *docs.routes,
             console.mount(runtime.admin_token),
         ],
         exception_handlers=HANDLERS,

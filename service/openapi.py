@@ -394,6 +394,24 @@ def spec() -> Schema:
                     "responses": {"200": {"description": "OpenAPI 3.1"}},
                 }
             },
+            "/docs": {
+                "get": {
+                    "summary": "This document rendered by Swagger UI (HTML, no CDN)",
+                    "security": [],
+                    "responses": {"200": {"description": "text/html"}},
+                }
+            },
+            "/docs/{asset}": {
+                "get": {
+                    "summary": "The page's packaged Swagger UI files and their licence",
+                    "security": [],
+                    "parameters": [_p("asset")],
+                    "responses": {
+                        "200": {"description": "the file"},
+                        "404": _json({"$ref": "#/components/schemas/Error"}, "Error"),
+                    },
+                }
+            },
         },
     }
 
