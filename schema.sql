@@ -59,13 +59,27 @@ CREATE TABLE IF NOT EXISTS tasks (
     last_status_code      integer,
     last_error            text,
     next_attempt_at       timestamptz,
-    delivered_at          timestamptz
+    delivered_at          timestamptz,
+    -- Progress and heartbeats (0007): the last report, {percent, message,
+    -- updatedAt}; the executor's heartbeat budget; when it last started or
+    -- reported; the deadline that budget gives (NULL unless running with one);
+    -- and what to write onto the task if it times out, {result?, error?}.
+    progress              jsonb,
+    heartbeat_timeout_s   double precision,
+    heartbeat_at          timestamptz,
+    heartbeat_due_at      timestamptz,
+    on_timeout            jsonb
 );
 -- Reconciliation listing: keyset on (updated_at, id) within a tenant.
 CREATE INDEX IF NOT EXISTS tasks_tenant_updated ON tasks (tenant_id, updated_at, id);
 -- The sweeper only ever looks at live tasks with a deadline.
 CREATE INDEX IF NOT EXISTS tasks_timeout_due ON tasks (timeout_at)
     WHERE timeout_at IS NOT NULL AND status IN ('queued', 'running');
+-- ... and at running tasks whose executor stopped reporting (0007).
+CREATE INDEX IF NOT EXISTS tasks_heartbeat_due ON tasks (heartbeat_due_at)
+    WHERE heartbeat_due_at IS NOT NULL AND status = 'running';
+-- Stuck-work gauges read running tasks by their last sign of life (0007).
+CREATE INDEX IF NOT EXISTS tasks_running ON tasks (heartbeat_at) WHERE status = 'running';
 
 -- Idempotency-Key records, scoped to the tenant. request_hash is SHA-256 of the
 -- canonical request body, so a reused key with a different body is detected.

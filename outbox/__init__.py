@@ -9,6 +9,14 @@ executor can finish a task inside its own transaction::
 """
 
 from .errors import OutboxError
+from .progress import report_progress
 from .transitions import cancel_task, complete_task, start_task, timeout_task
 
-__all__ = ["OutboxError", "cancel_task", "complete_task", "start_task", "timeout_task"]
+__all__ = [
+    "OutboxError",
+    "cancel_task",
+    "complete_task",
+    "report_progress",
+    "start_task",
+    "timeout_task",
+]

@@ -8,7 +8,8 @@ The tree::
     ├── TenantNotFound             no tenant with that id
     ├── InvalidTransition          the task is not in a state that allows the change
     │   ├── NotTerminal            redelivery asked of a task with no terminal event yet
-    │   └── AlreadyPending         its event is still waiting in the outbox
+    │   ├── AlreadyPending         its event is still waiting in the outbox
+    │   └── ProgressBackwards      a progress report lower than the last one
     ├── IdempotencyError
     │   ├── IdempotencyKeyReused   same key, different request body
     │   └── IdempotencyInFlight    same key, the first request is still running
@@ -66,6 +67,10 @@ class InvalidTransition(OutboxError):
 
 class NotTerminal(InvalidTransition):
     """Redelivery asked of a task that has no terminal event yet."""
+
+
+class ProgressBackwards(InvalidTransition):
+    """A progress report with a lower percent than the task already shows."""
 
 
 class AlreadyPending(InvalidTransition):

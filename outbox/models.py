@@ -62,6 +62,11 @@ class Task:
     last_error: str | None
     next_attempt_at: datetime | None
     delivered_at: datetime | None
+    progress: Any = None  # {percent, message, updatedAt} of the last report
+    heartbeat_timeout_s: float | None = None
+    heartbeat_at: datetime | None = None
+    heartbeat_due_at: datetime | None = None
+    on_timeout: Any = None  # {result?, error?} written onto the task if it times out
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Task:
@@ -92,6 +97,9 @@ class Task:
             "updatedAt": iso(self.updated_at),
             "completedAt": iso(self.completed_at),
             "timeoutAt": iso(self.timeout_at),
+            "heartbeatTimeoutSeconds": self.heartbeat_timeout_s,
+            "onTimeout": self.on_timeout,
+            "progress": self.progress,
             "version": self.version,
             "delivery": {
                 "eventId": self.event_id,

@@ -117,9 +117,11 @@ SELECT tenant_id, secret_enc, expires_at
   WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL);
 
 -- name: insert_task
-INSERT INTO tasks (id, tenant_id, type, input, callback_url, metadata, timeout_at)
+INSERT INTO tasks (id, tenant_id, type, input, callback_url, metadata, timeout_at,
+                   heartbeat_timeout_s, on_timeout)
 VALUES ($1, $2, $3, $4, $5, $6,
-        CASE WHEN $7::float8 IS NULL THEN NULL ELSE now() + make_interval(secs => $7) END)
+        CASE WHEN $7::float8 IS NULL THEN NULL ELSE now() + make_interval(secs => $7) END,
+        $8, $9)
 RETURNING *;
 
 -- name: get_task
@@ -155,9 +157,34 @@ UPDATE tasks
        version = version + 1,
        event_id = COALESCE($5, event_id),
        delivery_status = CASE WHEN $5::text IS NULL THEN delivery_status ELSE 'pending' END,
-       next_attempt_at = CASE WHEN $5::text IS NULL THEN next_attempt_at ELSE now() END
+       next_attempt_at = CASE WHEN $5::text IS NULL THEN next_attempt_at ELSE now() END,
+       -- Starting is the first sign of life; the heartbeat clock runs only while running.
+       heartbeat_at = CASE WHEN $2 = 'running' THEN now() ELSE heartbeat_at END,
+       heartbeat_due_at = CASE WHEN $2 = 'running' AND heartbeat_timeout_s IS NOT NULL
+                               THEN now() + make_interval(secs => heartbeat_timeout_s) END
  WHERE id = $1 AND status = ANY($6::text[]) AND ($7::text IS NULL OR tenant_id = $7)
 RETURNING *;
+
+-- name: report_progress
+-- A progress call on a running task: the report, a new version, and the next
+-- heartbeat deadline. Percent never goes backwards (an equal one is a plain
+-- heartbeat); no row back means not found, not running, or backwards.
+UPDATE tasks
+   SET progress = jsonb_build_object(
+           'percent', $2::float8, 'message', $3::text,
+           'updatedAt', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')),
+       version = version + 1,
+       updated_at = now(),
+       heartbeat_at = now(),
+       heartbeat_due_at = CASE WHEN heartbeat_timeout_s IS NOT NULL
+                               THEN now() + make_interval(secs => heartbeat_timeout_s) END
+ WHERE id = $1 AND status = 'running' AND ($4::text IS NULL OR tenant_id = $4)
+   AND COALESCE((progress ->> 'percent')::float8, 0) <= $2
+RETURNING *;
+
+-- name: notify_task
+-- Wakes the watchers of one task at commit (and no dispatcher: nothing to send).
+SELECT pg_notify($2, $1);
 
 -- name: insert_outbox
 INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host, body)
@@ -493,6 +520,24 @@ SELECT id FROM tasks
  ORDER BY timeout_at
  LIMIT $1
    FOR UPDATE SKIP LOCKED;
+
+-- name: claim_silent_tasks
+-- Running tasks whose executor has not started or reported for its heartbeat
+-- budget (served by tasks_heartbeat_due). FOR UPDATE SKIP LOCKED for the same
+-- reasons as claim_overdue_tasks.
+SELECT id FROM tasks
+ WHERE heartbeat_due_at <= now() AND status = 'running'
+ ORDER BY heartbeat_due_at
+ LIMIT $1
+   FOR UPDATE SKIP LOCKED;
+
+-- name: stale_running_tasks
+-- Running tasks with no start or progress for $1 seconds, and the age of the
+-- oldest sign of life among running tasks (tasks_running).
+SELECT count(*) FILTER (WHERE heartbeat_at < now() - make_interval(secs => $1)) AS stale,
+       COALESCE(EXTRACT(EPOCH FROM now() - min(heartbeat_at)), 0)::float8 AS oldest_s
+  FROM tasks
+ WHERE status = 'running';
 
 -- name: lock_task
 SELECT * FROM tasks WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2) FOR UPDATE;

@@ -1,5 +1,6 @@
-"""The sweeper: live tasks past ``timeout_at`` become ``timed_out`` (with their event), and
-rows past retention are purged."""
+"""The sweeper: live tasks past ``timeout_at``, and running tasks whose executor stopped
+reporting for its heartbeat budget, become ``timed_out`` (with their event); rows past
+retention are purged."""
 
 from __future__ import annotations
 
@@ -27,8 +28,11 @@ async def sweep_once(pool: asyncpg.Pool, batch: int = BATCH) -> int:
         ids = await tasks.claim_overdue_tasks(conn, limit=batch)
         for task_id in ids:
             # The row lock taken above makes this transition certain to apply.
-            await timeout_task(conn, task_id)
-    return len(ids)
+            await timeout_task(conn, task_id, "deadline")
+        silent = await tasks.claim_silent_tasks(conn, limit=batch)
+        for task_id in silent:
+            await timeout_task(conn, task_id, "heartbeat")
+    return len(ids) + len(silent)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,8 @@ class NewTask:
     input: Any = None
     metadata: Any = None
     timeout_s: float | None = None
+    heartbeat_timeout_s: float | None = None  # a running task silent this long times out
+    on_timeout: Any = None  # {result?, error?} written onto the task if it times out
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,8 @@ async def _insert(conn: asyncpg.Connection, tenant_id: str, spec: NewTask) -> Ta
         callback_url=spec.callback_url,
         metadata=spec.metadata,
         timeout_s=spec.timeout_s,
+        heartbeat_timeout_s=spec.heartbeat_timeout_s,
+        on_timeout=spec.on_timeout,
     )
 
 

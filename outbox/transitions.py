@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import asyncpg
 
@@ -136,11 +136,37 @@ async def cancel_task(
     return await complete_task(conn, task_id, "cancelled", tenant_id=tenant_id)
 
 
-async def timeout_task(conn: asyncpg.Connection, task_id: str) -> Task:
-    """→ timed_out, with a ``task.timed_out`` event."""
-    return await complete_task(
-        conn,
-        task_id,
-        "timed_out",
-        error={"code": "timed_out", "message": "no result before the task's deadline"},
-    )
+TimeoutReason = Literal["deadline", "heartbeat"]
+
+
+async def timeout_task(
+    conn: asyncpg.Connection, task_id: str, reason: TimeoutReason = "deadline"
+) -> Task:
+    """→ timed_out, with a ``task.timed_out`` event.
+
+    The task's ``onTimeout`` default (``{result?, error?}``), if it has one, is
+    written onto it; otherwise an error saying which deadline passed.
+    """
+    current = await tasks.get_task(conn, task_id=task_id)
+    default = current.on_timeout if current is not None else None
+    if isinstance(default, dict):
+        result, error = default.get("result"), default.get("error")
+    elif reason == "heartbeat":
+        silent = current.heartbeat_timeout_s if current is not None else None
+        result, error = (
+            None,
+            {
+                "code": "heartbeat_timeout",
+                "message": f"no start or progress report for {silent:g} s: the executor is "
+                "presumed dead",
+            },
+        )
+    else:
+        result, error = (
+            None,
+            {
+                "code": "timed_out",
+                "message": "no result before the task's deadline",
+            },
+        )
+    return await complete_task(conn, task_id, "timed_out", result=result, error=error)

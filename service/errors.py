@@ -41,6 +41,7 @@ from outbox.errors import (
     LocalFault,
     NotTerminal,
     OutboxError,
+    ProgressBackwards,
     TaskNotFound,
     TenantNotFound,
 )
@@ -176,6 +177,9 @@ OUTBOX_ANSWERS: dict[type[OutboxError], Answer] = {
     IdempotencyInFlight: Answer(409, "idempotency_in_flight", headers={"Retry-After": "1"}),
     InvalidTransition: Answer(409, "invalid_transition", _transition_message, with_task=True),
     NotTerminal: Answer(409, "not_terminal", "the task has no terminal event yet", with_task=True),
+    ProgressBackwards: Answer(
+        409, "progress_backwards", "progress never goes backwards", with_task=True
+    ),
     AlreadyPending: Answer(
         409, "delivery_pending", "the event is already waiting for delivery", with_task=True
     ),

@@ -59,6 +59,16 @@ TASK: Schema = {
         "updatedAt": TS,
         "completedAt": TS,
         "timeoutAt": TS,
+        "heartbeatTimeoutSeconds": {"type": ["number", "null"]},
+        "onTimeout": {"type": ["object", "null"]},
+        "progress": {
+            "type": ["object", "null"],
+            "properties": {
+                "percent": {"type": "number"},
+                "message": {"type": ["string", "null"]},
+                "updatedAt": {"type": "string", "format": "date-time"},
+            },
+        },
         "version": {"type": "integer"},
         "delivery": DELIVERY,
     },
@@ -73,6 +83,21 @@ SUBMIT: Schema = {
         "callbackUrl": {"type": "string", "maxLength": 2048},
         "metadata": {"type": "object"},
         "timeoutSeconds": {"type": "number", "exclusiveMinimum": 0, "maximum": 2592000},
+        "heartbeatTimeoutSeconds": {"type": "number", "minimum": 1, "maximum": 2592000},
+        "onTimeout": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"result": {}, "error": {}},
+        },
+    },
+}
+PROGRESS: Schema = {
+    "type": "object",
+    "required": ["percent"],
+    "additionalProperties": False,
+    "properties": {
+        "percent": {"type": "number", "minimum": 0, "maximum": 100},
+        "message": {"type": "string", "maxLength": 1000},
     },
 }
 COMPLETE: Schema = {
@@ -284,6 +309,15 @@ def spec() -> Schema:
             },
             "/v1/tasks/{task_id}/cancel": {
                 "post": _op("→ cancelled", (200, task), params=tid, errors=(401, 404, 409))
+            },
+            "/v1/tasks/{task_id}/progress": {
+                "post": _op(
+                    "Progress of a running task (admin); also the executor's heartbeat",
+                    (200, task),
+                    body=PROGRESS,
+                    params=tid,
+                    errors=(400, 401, 403, 404, 409, 422),
+                )
             },
             "/v1/admin/tenants": {
                 "get": _op(

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from outbox.dns import Resolver
+from outbox.progress import check_progress
 from outbox.ssrf import AddressPolicy
 from outbox.tasks import Cursor, NewTask
 from outbox.transitions import TERMINAL_STATUSES, TerminalStatus
@@ -22,7 +23,17 @@ TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,99}$")
 IDEMPOTENCY_KEY_RE = re.compile(r"^[\x21-\x7e]{1,255}$")
 MAX_METADATA_BYTES = 16_384
 MAX_TIMEOUT_S = 30 * 86400
-SUBMIT_FIELDS = {"type", "input", "callbackUrl", "metadata", "timeoutSeconds"}
+SUBMIT_FIELDS = {
+    "type",
+    "input",
+    "callbackUrl",
+    "metadata",
+    "timeoutSeconds",
+    "heartbeatTimeoutSeconds",
+    "onTimeout",
+}
+PROGRESS_FIELDS = {"percent", "message"}
+ON_TIMEOUT_FIELDS = {"result", "error"}
 COMPLETE_FIELDS = {"status", "result", "error"}
 
 
@@ -60,12 +71,27 @@ async def new_task(body: Any, policy: AddressPolicy, resolver: Resolver) -> NewT
         or not 0 < timeout <= MAX_TIMEOUT_S
     ):
         raise Unprocessable(f"timeoutSeconds must be a number in (0, {MAX_TIMEOUT_S}]")
+    heartbeat = data.get("heartbeatTimeoutSeconds")
+    if heartbeat is not None and (
+        isinstance(heartbeat, bool)
+        or not isinstance(heartbeat, int | float)
+        or not 1 <= heartbeat <= MAX_TIMEOUT_S
+    ):
+        raise Unprocessable(f"heartbeatTimeoutSeconds must be a number in [1, {MAX_TIMEOUT_S}]")
+    on_timeout = data.get("onTimeout")
+    if on_timeout is not None:
+        if not isinstance(on_timeout, dict) or set(on_timeout) - ON_TIMEOUT_FIELDS:
+            raise Unprocessable("onTimeout must be an object with only result and/or error")
+        if len(json.dumps(on_timeout).encode()) > MAX_METADATA_BYTES:
+            raise Unprocessable(f"onTimeout exceeds {MAX_METADATA_BYTES} bytes")
     return NewTask(
         type=task_type,
         callback_url=callback_url,
         input=data.get("input"),
         metadata=metadata,
         timeout_s=float(timeout) if timeout is not None else None,
+        heartbeat_timeout_s=float(heartbeat) if heartbeat is not None else None,
+        on_timeout=on_timeout,
     )
 
 
@@ -136,3 +162,12 @@ def decode_cursor(raw: str | None) -> Cursor | None:
         return Cursor(datetime.fromisoformat(ts), str(ident))
     except (ValueError, TypeError, binascii.Error) as exc:
         raise BadRequest("cursor is invalid; pass back nextCursor unchanged") from exc
+
+
+def progress(body: Any) -> tuple[float, str | None]:
+    """``{percent: 0-100, message?}`` of a progress report."""
+    data = _object(body, PROGRESS_FIELDS)
+    try:
+        return check_progress(data.get("percent"), data.get("message"))
+    except ValueError as exc:
+        raise Unprocessable(str(exc)) from exc

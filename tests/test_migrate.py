@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Any
+from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
 
-from outbox import complete_task
 from outbox.db import create_pool, schema_sql
 from outbox.deadletters import replay_one
 from outbox.dispatcher import running
 from outbox.migrate import migrate, migrations, status
-from outbox.tasks import Idempotency, NewTask, create_task
-from outbox.tenants import create_tenant
+from outbox.signing import generate_secret
+from outbox.tenants import hash_api_key
 
 from .support import ROOT, cli_env, dispatcher, run_cli, wait_drained, with_database
 
@@ -157,15 +158,12 @@ async def test_upgrade_with_rows_in_every_table_keeps_working(
     pool = await create_pool(dsn, min_size=1, max_size=10)
     try:
         async with pool.acquire() as conn:
-            tenant = await create_tenant(conn, "acme", runtime.secret_box)
-            idem = Idempotency("k1", b"\x00" * 32)
-            pending, _ = await create_task(
-                conn, tenant.id, NewTask("t", receiver.url), idempotency=idem
+            # Rows as the first release wrote them, in its own columns: today's
+            # functions may write columns that later migrations add.
+            tenant_id, pending_event, dead_event = await _rows_of_release_one(
+                conn, runtime, receiver.url
             )
-            pending_event = (await complete_task(conn, pending.id, "succeeded")).event_id
-            dead, _ = await create_task(conn, tenant.id, NewTask("t", receiver.url))
-            dead_event = (await complete_task(conn, dead.id, "failed")).event_id
-            assert pending_event and dead_event
+            dead_id = "task_v1dead"
             # The second event gave up earlier: an attempt, a dead letter, an unhealthy host.
             await conn.execute(
                 """
@@ -180,8 +178,8 @@ async def test_upgrade_with_rows_in_every_table_keeps_working(
                 INSERT INTO destinations (host, consecutive_failures, last_error)
                 VALUES ('127.0.0.1', 1, 'HTTP 500');
             """.replace("$1", f"'{dead_event}'")
-                .replace("$2", f"'{dead.id}'")
-                .replace("$3", f"'{tenant.id}'")
+                .replace("$2", f"'{dead_id}'")
+                .replace("$3", f"'{tenant_id}'")
             )
             tables = [
                 r["relname"]
@@ -205,10 +203,67 @@ async def test_upgrade_with_rows_in_every_table_keeps_working(
             await wait_drained(pool)
         sent = [r.headers["webhook-id"] for r in receiver.received]
         assert sorted(sent) == sorted([pending_event, dead_event])
-        task = await pool.fetchrow("SELECT delivery_status FROM tasks WHERE id = $1", dead.id)
+        task = await pool.fetchrow("SELECT delivery_status FROM tasks WHERE id = $1", dead_id)
         assert task["delivery_status"] == "delivered"
     finally:
         await pool.close()
+
+
+async def _rows_of_release_one(
+    conn: asyncpg.Connection, runtime: Any, url: str
+) -> tuple[str, str, str]:
+    """A tenant, a task with an idempotency key and an event waiting, and a second
+    finished task whose event is in the outbox; written with 0001's columns only."""
+    tenant_id = "ten_v1"
+    await conn.execute(
+        "INSERT INTO tenants (id, name, api_key_hash) VALUES ($1, 'acme', $2)",
+        tenant_id,
+        hash_api_key("hr_v1"),
+    )
+    await conn.execute(
+        "INSERT INTO signing_secrets (tenant_id, secret_enc) VALUES ($1, $2)",
+        tenant_id,
+        runtime.secret_box.encrypt(generate_secret(), aad=tenant_id.encode()),
+    )
+    events = []
+    for task_id, final in (("task_v1pending", "succeeded"), ("task_v1dead", "failed")):
+        event_id = "evt_" + task_id.removeprefix("task_")
+        await conn.execute(
+            "INSERT INTO tasks (id, tenant_id, type, status, callback_url, completed_at, version,"
+            " event_id, delivery_status, next_attempt_at)"
+            " VALUES ($1, $2, 't', $3, $4, now(), 2, $5, 'pending', now())",
+            task_id,
+            tenant_id,
+            final,
+            url,
+            event_id,
+        )
+        body = json.dumps(
+            {
+                "type": f"task.{final}",
+                "timestamp": "2026-01-01T00:00:00Z",
+                "data": {"id": task_id, "status": final},
+            }
+        )
+        await conn.execute(
+            "INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host,"
+            " body) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            event_id,
+            tenant_id,
+            task_id,
+            f"task.{final}",
+            url,
+            urlsplit(url).netloc,
+            body,
+        )
+        events.append(event_id)
+    await conn.execute(
+        "INSERT INTO idempotency_keys (tenant_id, key, request_hash, task_id)"
+        " VALUES ($1, 'k1', $2, 'task_v1pending')",
+        tenant_id,
+        b"\x00" * 32,
+    )
+    return tenant_id, events[0], events[1]
 
 
 def test_readable_schema_is_the_packaged_one() -> None:

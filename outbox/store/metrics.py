@@ -13,6 +13,7 @@ _OLDEST_TRANSACTION = sql("oldest_transaction")
 _OUTBOX_STATS = sql("outbox_stats")
 _DEAD_LETTERS_BY_TENANT = sql("dead_letters_by_tenant")
 _TASKS_BY_STATUS = sql("tasks_by_status")
+_STALE_RUNNING = sql("stale_running_tasks")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,3 +45,15 @@ async def dead_letters_by_tenant(conn: asyncpg.Connection) -> dict[str, int]:
 async def tasks_by_status(conn: asyncpg.Connection) -> dict[str, int]:
     """Task count per status (statuses with none are absent)."""
     return {r["status"]: r["n"] for r in await conn.fetch(_TASKS_BY_STATUS)}
+
+
+@dataclass(frozen=True, slots=True)
+class StaleRunning:
+    count: int
+    oldest_s: float
+
+
+async def stale_running_tasks(conn: asyncpg.Connection, *, after_s: float) -> StaleRunning:
+    """Running tasks silent for over ``after_s``, and the oldest last sign of life."""
+    row = await conn.fetchrow(_STALE_RUNNING, after_s)
+    return StaleRunning(count=row["stale"], oldest_s=row["oldest_s"])

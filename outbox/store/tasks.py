@@ -12,6 +12,7 @@ import asyncpg
 from .._queries import sql
 from ..errors import IdempotencyInFlight
 from ..models import LIVE_STATUSES, EventId, Task, TaskId, TaskStatus, TenantId
+from .events import TASKS_CHANNEL
 
 _INSERT_TASK = sql("insert_task")
 _GET_TASK = sql("get_task")
@@ -22,6 +23,9 @@ _CLAIM_OVERDUE_TASKS = sql("claim_overdue_tasks")
 _IDEMPOTENCY_LOCK = sql("idempotency_lock")
 _IDEMPOTENCY_GET = sql("idempotency_get")
 _IDEMPOTENCY_PUT = sql("idempotency_put")
+_REPORT_PROGRESS = sql("report_progress")
+_NOTIFY_TASK = sql("notify_task")
+_CLAIM_SILENT_TASKS = sql("claim_silent_tasks")
 
 
 def _task(row: asyncpg.Record | None) -> Task | None:
@@ -38,10 +42,21 @@ async def insert_task(
     callback_url: str,
     metadata: Any,
     timeout_s: float | None,
+    heartbeat_timeout_s: float | None = None,
+    on_timeout: Any = None,
 ) -> Task:
     """A new queued task; ``timeout_s`` None means no deadline."""
     row = await conn.fetchrow(
-        _INSERT_TASK, task_id, tenant_id, type, input, callback_url, metadata, timeout_s
+        _INSERT_TASK,
+        task_id,
+        tenant_id,
+        type,
+        input,
+        callback_url,
+        metadata,
+        timeout_s,
+        heartbeat_timeout_s,
+        on_timeout,
     )
     return Task.from_row(row)
 
@@ -148,3 +163,25 @@ async def idempotency_put(
         # The advisory lock makes this unreachable in practice; if two
         # requests still meet here, the loser must not create a task.
         raise IdempotencyInFlight(key) from exc
+
+
+async def report_progress(
+    conn: asyncpg.Connection,
+    *,
+    task_id: str,
+    percent: float,
+    message: str | None,
+    tenant_id: str | None = None,
+) -> Task | None:
+    """Record progress on a running task; None if not found, not running or backwards."""
+    return _task(await conn.fetchrow(_REPORT_PROGRESS, task_id, percent, message, tenant_id))
+
+
+async def notify_task(conn: asyncpg.Connection, *, task_id: str) -> None:
+    """Wake ``task_id``'s watchers when the transaction commits."""
+    await conn.execute(_NOTIFY_TASK, task_id, TASKS_CHANNEL)
+
+
+async def claim_silent_tasks(conn: asyncpg.Connection, *, limit: int) -> list[TaskId]:
+    """Running tasks past their heartbeat deadline, row-locked (others' skipped)."""
+    return [r["id"] for r in await conn.fetch(_CLAIM_SILENT_TASKS, limit)]

@@ -11,6 +11,9 @@ from starlette.routing import Route
 from outbox.store import destinations
 from outbox.store import metrics as gauges
 
+# A running task this long without a sign of life is probably stuck.
+STUCK_AFTER_S = 600.0
+
 
 async def metrics(request: Request) -> Response:
     # Database gauges live in a registry built per scrape, so series of a
@@ -43,8 +46,21 @@ async def metrics(request: Request) -> Response:
         "Age of the oldest open transaction in the database (it holds back vacuum)",
         registry=scrape,
     )
+    stuck = Gauge(
+        "hookrelay_tasks_stuck",
+        f"Running tasks with no start or progress report for over {STUCK_AFTER_S:g} s",
+        registry=scrape,
+    )
+    silent = Gauge(
+        "hookrelay_tasks_running_oldest_silence_seconds",
+        "Longest time a running task has gone without a start or progress report",
+        registry=scrape,
+    )
     async with request.app.state.pool.acquire() as conn:
         xact.set(await gauges.oldest_transaction_s(conn))
+        stale = await gauges.stale_running_tasks(conn, after_s=STUCK_AFTER_S)
+        stuck.set(stale.count)
+        silent.set(stale.oldest_s)
         stats = await gauges.outbox_stats(conn)
         depth.set(stats.depth)
         oldest.set(stats.oldest_due_s)

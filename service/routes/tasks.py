@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from outbox import progress as outbox_progress
 from outbox import redelivery, transitions
 from outbox.models import ALL_STATUSES, Task
 from outbox.tasks import Idempotency, create_task, get_task, list_tasks
@@ -123,6 +124,14 @@ async def complete(request: Request) -> Response:
     )
 
 
+async def progress(request: Request) -> Response:
+    await require_admin(request)
+    percent, message = validation.progress(await read_json(request))
+    return await _apply(
+        request, lambda conn, tid: outbox_progress.report_progress(conn, tid, percent, message)
+    )
+
+
 async def cancel(request: Request) -> Response:
     who = await caller(request)
     await read_json(request, required=False)
@@ -168,6 +177,7 @@ routes = [
     Route("/v1/tasks/{task_id}/start", start, methods=["POST"]),
     Route("/v1/tasks/{task_id}/complete", complete, methods=["POST"]),
     Route("/v1/tasks/{task_id}/cancel", cancel, methods=["POST"]),
+    Route("/v1/tasks/{task_id}/progress", progress, methods=["POST"]),
     Route("/v1/tasks/{task_id}/deliveries", deliveries, methods=["GET"]),
     Route("/v1/tasks/{task_id}/redeliver", redeliver, methods=["POST"]),
 ]

@@ -1,0 +1,67 @@
+"""Progress reports, which are also the executor's heartbeat.
+
+``report_progress`` runs on the caller's connection, inside the executor's own
+transaction if it has one: the report, the new version and the wake-up of the
+task's watchers commit with the executor's work or not at all. A running task
+whose executor stops reporting for ``heartbeatTimeoutSeconds`` is timed out by
+the sweeper (``outbox.sweeper``), as when a killed process never reaches its
+``finally``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import asyncpg
+
+from .errors import InvalidTransition, ProgressBackwards, TaskNotFound
+from .models import Task
+from .store import tasks
+
+MAX_MESSAGE = 1000
+
+
+def check_progress(percent: object, message: object) -> tuple[float, str | None]:
+    """``percent`` a number in [0, 100], ``message`` a short string or None."""
+    if (
+        isinstance(percent, bool)
+        or not isinstance(percent, int | float)
+        or not math.isfinite(percent)
+        or not 0 <= percent <= 100
+    ):
+        raise ValueError("percent must be a number from 0 to 100")
+    if message is not None and (not isinstance(message, str) or len(message) > MAX_MESSAGE):
+        raise ValueError(f"message must be a string of at most {MAX_MESSAGE} characters")
+    if isinstance(message, str) and "\x00" in message:
+        raise ValueError("message must not contain NUL characters")
+    return float(percent), message
+
+
+async def report_progress(
+    conn: asyncpg.Connection,
+    task_id: str,
+    percent: float,
+    message: str | None = None,
+    *,
+    tenant_id: str | None = None,
+) -> Task:
+    """Record progress on a running task (and push it to its watchers at commit).
+
+    Raises :class:`TaskNotFound`; :class:`InvalidTransition` if the task is not
+    running; :class:`ProgressBackwards` if ``percent`` is below the last report.
+    Both carry the task as it is now.
+    """
+    percent, message = check_progress(percent, message)
+    async with conn.transaction():
+        task = await tasks.report_progress(
+            conn, task_id=task_id, percent=percent, message=message, tenant_id=tenant_id
+        )
+        if task is None:
+            current = await tasks.get_task(conn, task_id=task_id, tenant_id=tenant_id)
+            if current is None:
+                raise TaskNotFound(task_id)
+            if current.status != "running":
+                raise InvalidTransition(task_id, current)
+            raise ProgressBackwards(task_id, current)
+        await tasks.notify_task(conn, task_id=task.id)
+    return task
