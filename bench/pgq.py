@@ -56,7 +56,7 @@ async def worker(dsn: str, url: str, n: int, concurrency: int) -> None:
     stamps: list[float] = []
     async with httpx.AsyncClient(timeout=15.0) as client:
 
-        @qm.entrypoint(ENTRYPOINT, concurrency_limit=concurrency)  # type: ignore[untyped-decorator]
+        @qm.entrypoint(ENTRYPOINT, concurrency_limit=concurrency)
         async def deliver(job: Job) -> None:
             r = await client.post(
                 url, content=job.payload, headers={"content-type": "application/json"}
