@@ -19,17 +19,24 @@ CREATE TABLE IF NOT EXISTS tenants (
     created_at    timestamptz NOT NULL DEFAULT now(),
     -- +1 at every signing-key rotation (0003); read with each claimed event so
     -- the dispatcher's cached signer is replaced as soon as a rotation commits.
-    secret_version integer NOT NULL DEFAULT 1
+    secret_version integer NOT NULL DEFAULT 1,
+    -- Which signatures its webhooks carry (0008): v1 HMAC, v1a Ed25519, or both.
+    signature_scheme text NOT NULL DEFAULT 'v1'
+        CHECK (signature_scheme IN ('v1', 'v1a', 'both'))
 );
 
--- Signing secrets, AES-GCM encrypted with the master key (tenant id as AAD).
+-- Signing secrets, AES-GCM encrypted with the master key (tenant id as AAD):
+-- whsec_ HMAC secrets (scheme v1) and whsk_ Ed25519 private keys (scheme v1a,
+-- with their whpk_ public key beside them in the clear).
 -- A rotation gives the old secret an expires_at; until then both sign.
 CREATE TABLE IF NOT EXISTS signing_secrets (
     id          bigserial PRIMARY KEY,
     tenant_id   text NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
     secret_enc  bytea NOT NULL,
     created_at  timestamptz NOT NULL DEFAULT now(),
-    expires_at  timestamptz
+    expires_at  timestamptz,
+    scheme      text NOT NULL DEFAULT 'v1' CHECK (scheme IN ('v1', 'v1a')),
+    public_key  text
 );
 CREATE INDEX IF NOT EXISTS signing_secrets_tenant ON signing_secrets (tenant_id, created_at DESC);
 
@@ -98,7 +105,8 @@ CREATE TABLE IF NOT EXISTS outbox (
     id               bigserial PRIMARY KEY,
     event_id         text NOT NULL UNIQUE,
     tenant_id        text NOT NULL,
-    task_id          text NOT NULL,
+    -- NULL for a test event (0009): it belongs to no task.
+    task_id          text,
     event_type       text NOT NULL,
     callback_url     text NOT NULL,
     -- Destination host, so a claim can skip hosts already at their
@@ -142,7 +150,7 @@ ALTER TABLE outbox SET (
 CREATE TABLE IF NOT EXISTS delivery_attempts (
     id               bigserial PRIMARY KEY,
     event_id         text NOT NULL,
-    task_id          text NOT NULL,
+    task_id          text,
     tenant_id        text NOT NULL,
     number           integer NOT NULL,
     attempted_at     timestamptz NOT NULL,
@@ -162,7 +170,7 @@ CREATE INDEX IF NOT EXISTS delivery_attempts_time ON delivery_attempts (attempte
 CREATE TABLE IF NOT EXISTS dead_letters (
     event_id         text PRIMARY KEY,
     tenant_id        text NOT NULL,
-    task_id          text NOT NULL,
+    task_id          text,
     event_type       text NOT NULL,
     callback_url     text NOT NULL,
     host             text NOT NULL,

@@ -6,6 +6,7 @@ The tree::
     ├── DatabaseUnavailable        the database cannot be reached (after retries)
     ├── TaskNotFound               no task with that id (for that tenant)
     ├── TenantNotFound             no tenant with that id
+    ├── TestEventNotFound          no test event with that id (for that tenant)
     ├── InvalidTransition          the task is not in a state that allows the change
     │   ├── NotTerminal            redelivery asked of a task with no terminal event yet
     │   ├── AlreadyPending         its event is still waiting in the outbox
@@ -45,6 +46,14 @@ class TaskNotFound(OutboxError):
     def __init__(self, task_id: str) -> None:
         super().__init__(f"task {task_id!r} not found")
         self.task_id = task_id
+
+
+class TestEventNotFound(OutboxError):
+    __test__ = False  # not a pytest test class, whatever its name
+
+    def __init__(self, event_id: str) -> None:
+        super().__init__(f"test event {event_id!r} not found")
+        self.event_id = event_id
 
 
 class TenantNotFound(OutboxError):

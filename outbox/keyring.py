@@ -18,7 +18,7 @@ import asyncpg
 from .crypto import SecretBox
 from .errors import ConfigurationError
 from .signing import Signer
-from .tenants import ActiveSecrets, active_secrets
+from .signingkeys import ActiveSecrets, active_secrets
 
 log = logging.getLogger("hookrelay.keyring")
 
@@ -62,7 +62,7 @@ class Keyring:
             until = now + self._ttl
             if secrets.expires_at is not None:
                 until = min(until, now + (secrets.expires_at - wall).total_seconds())
-            signer = Signer(secrets.values)
+            signer = Signer(secrets.values, secrets.keys)
             # Loaded after the claim, so these keys are at least that version;
             # a newer rotation is caught by the next claim's version.
             self._cache[tid] = (versions[tid], until, signer)

@@ -24,6 +24,11 @@ CircuitState = Literal["closed", "open", "half-open"]
 AuditAction = Literal["replay", "bulk_replay", "close_circuit"]
 # Why a delivery failed, as an operator sorts it (derived from the stored error).
 ErrorClass = Literal["timeout", "dns", "tls", "connect", "blocked", "http_4xx", "http_5xx", "other"]
+# Which signatures a tenant's webhooks carry, and the kind of one stored key.
+SignatureScheme = Literal["v1", "v1a", "both"]
+KeyScheme = Literal["v1", "v1a"]
+# Where a test event (POST /v1/test-events) is: it has no task to summarise it.
+TestEventStatus = Literal["pending", "delivered", "dead"]
 
 LIVE_STATUSES: tuple[LiveStatus, ...] = get_args(LiveStatus)
 TERMINAL_STATUSES: tuple[TerminalStatus, ...] = get_args(TerminalStatus)

@@ -61,11 +61,12 @@ UPDATE signing_secrets s SET secret_enc = v.enc
  WHERE s.id = v.id;
 
 -- name: insert_tenant
-INSERT INTO tenants (id, name, api_key_hash) VALUES ($1, $2, $3)
+INSERT INTO tenants (id, name, api_key_hash, signature_scheme) VALUES ($1, $2, $3, $4)
 RETURNING id, name, created_at;
 
 -- name: insert_secret
-INSERT INTO signing_secrets (tenant_id, secret_enc) VALUES ($1, $2);
+-- $3: 'v1' (an HMAC secret) or 'v1a' (an Ed25519 private key, $4 its public key).
+INSERT INTO signing_secrets (tenant_id, secret_enc, scheme, public_key) VALUES ($1, $2, $3, $4);
 
 -- name: expire_secrets
 -- Rotation: every secret still signing keeps doing so for the overlap, no longer.
@@ -76,7 +77,9 @@ UPDATE signing_secrets
 -- name: bump_secret_version
 -- Rotation: the tenant's row lock serialises concurrent rotations, and the new
 -- version, committed with the new key, tells dispatchers their cache is stale.
-UPDATE tenants SET secret_version = secret_version + 1 WHERE id = $1 RETURNING secret_version;
+-- The scheme says which kinds of key the rotation replaces.
+UPDATE tenants SET secret_version = secret_version + 1 WHERE id = $1
+RETURNING secret_version, signature_scheme;
 
 -- name: tenant_exists
 SELECT EXISTS (SELECT 1 FROM tenants WHERE id = $1);
@@ -102,10 +105,20 @@ SELECT id, pg_notify($3, id) FROM t;
 
 -- name: active_secrets
 -- Newest first: the first signature in the header is made with the newest key.
-SELECT tenant_id, secret_enc, expires_at
+SELECT tenant_id, secret_enc, expires_at, scheme
   FROM signing_secrets
  WHERE tenant_id = ANY($1::text[]) AND (expires_at IS NULL OR expires_at > now())
  ORDER BY tenant_id, created_at DESC, id DESC;
+
+-- name: signing_keys
+-- A tenant's verification material for GET /v1/signing-keys: every key that
+-- signs now, newest first; never the encrypted secret itself.
+SELECT t.signature_scheme, s.scheme, s.public_key, s.created_at, s.expires_at
+  FROM tenants t
+  LEFT JOIN signing_secrets s
+    ON s.tenant_id = t.id AND (s.expires_at IS NULL OR s.expires_at > now())
+ WHERE t.id = $1
+ ORDER BY s.created_at DESC, s.id DESC;
 
 -- name: _oldest_xact_start
 -- Start of the oldest transaction open against this database, other than ours
@@ -603,6 +616,31 @@ SELECT event_id, number, attempted_at, duration_ms, outcome, status_code, error,
      OR last_error ILIKE '%reset%' OR last_error ILIKE '%refused%' THEN 'connect'
    ELSE 'other'
  END)
+
+-- name: event_attempts
+-- One event's attempts, oldest first, whatever task it belongs to (a test event
+-- has none); (event_id, number) is unique, so its index serves this. $2 NULL
+-- means any tenant (ops); partners pass theirs.
+SELECT event_id, number, attempted_at, duration_ms, outcome, status_code, error, response_prefix
+  FROM delivery_attempts
+ WHERE event_id = $1 AND ($2::text IS NULL OR tenant_id = $2)
+ ORDER BY number;
+
+-- name: test_event_state
+-- Where a tenant's test event ($1, tenant $2) is: waiting in the outbox, given
+-- up on (an open dead letter), or delivered (per its log); NULL when the tenant
+-- has no test event by that id. task_id IS NULL keeps tasks' events out.
+SELECT CASE WHEN EXISTS (SELECT 1 FROM outbox
+                          WHERE event_id = $1 AND tenant_id = $2 AND task_id IS NULL)
+            THEN 'pending'
+            WHEN EXISTS (SELECT 1 FROM dead_letters
+                          WHERE event_id = $1 AND tenant_id = $2 AND task_id IS NULL
+                            AND replayed_at IS NULL)
+            THEN 'dead'
+            WHEN EXISTS (SELECT 1 FROM delivery_attempts
+                          WHERE event_id = $1 AND tenant_id = $2 AND task_id IS NULL
+                            AND outcome = 'delivered')
+            THEN 'delivered' END;
 
 -- name: _dead_filter
 -- Shared filter of the dead-letter queries: $1 tenant, $2 since, $3 until,

@@ -4,6 +4,10 @@ A secret is ``whsec_`` + base64 of the key bytes. The signature of a message is
 ``v1,`` + base64(HMAC-SHA256(key, "{id}.{timestamp}.{body}")); during a secret
 rotation the header carries one signature per active secret, space-separated,
 and a receiver accepts the message if any of them matches.
+
+A tenant may also (or instead) sign with Ed25519 keys, the specification's
+asymmetric ``v1a`` scheme (:mod:`outbox.ed25519`); a :class:`Signer` then puts
+those signatures in the same header, after the ``v1`` ones.
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ import secrets as _secrets
 import time
 from collections.abc import Mapping, Sequence
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from . import ed25519
 from .errors import ConfigurationError, SignatureError
 
 SECRET_PREFIX = "whsec_"
@@ -43,24 +50,27 @@ def secret_key(secret: str) -> bytes:
 
 
 class Signer:
-    """Signs messages with a fixed list of secrets, newest first.
+    """Signs messages with fixed lists of ``whsec_`` secrets and ``whsk_`` keys, newest first.
 
     Keys are decoded and HMAC states keyed once here; each signature then only
     copies a prepared state, which matters because every attempt is signed.
     """
 
-    __slots__ = ("_macs",)
+    __slots__ = ("_keys", "_macs")
 
-    def __init__(self, secrets: Sequence[str]) -> None:
+    def __init__(self, secrets: Sequence[str], private_keys: Sequence[str] = ()) -> None:
         # A bare str is a Sequence[str] too; iterating it would sign per character.
-        if isinstance(secrets, str):
-            raise TypeError("Signer takes a sequence of secrets, not a single string")
-        if not secrets:
-            raise ConfigurationError("at least one signing secret is required")
+        if isinstance(secrets, str) or isinstance(private_keys, str):
+            raise TypeError("Signer takes sequences of secrets and keys, not a single string")
+        if not secrets and not private_keys:
+            raise ConfigurationError("at least one signing secret or key is required")
         self._macs = tuple(hmac.new(secret_key(s), digestmod=hashlib.sha256) for s in secrets)
+        self._keys: tuple[Ed25519PrivateKey, ...] = tuple(
+            ed25519.load_private_key(k) for k in private_keys
+        )
 
     def __repr__(self) -> str:
-        return f"Signer(<{len(self._macs)} secret(s)>)"
+        return f"Signer(<{len(self._macs)} secret(s), {len(self._keys)} key(s)>)"
 
     def digests(self, msg_id: str, timestamp: int, body: bytes) -> list[bytes]:
         """Raw HMAC-SHA256 digests of the message, one per secret, in order."""
@@ -75,10 +85,16 @@ class Signer:
         return out
 
     def signature(self, msg_id: str, timestamp: int, body: bytes) -> str:
-        """The ``webhook-signature`` header value: ``v1,<b64>`` per secret, space-separated."""
+        """The ``webhook-signature`` header value: ``v1,<b64>`` per secret, then
+        ``v1a,<b64>`` per Ed25519 key, space-separated."""
         return " ".join(
-            f"{SIGNATURE_VERSION},{base64.b64encode(d).decode('ascii')}"
-            for d in self.digests(msg_id, timestamp, body)
+            [
+                *(
+                    f"{SIGNATURE_VERSION},{base64.b64encode(d).decode('ascii')}"
+                    for d in self.digests(msg_id, timestamp, body)
+                ),
+                *(ed25519.signature(k, msg_id, timestamp, body) for k in self._keys),
+            ]
         )
 
     def headers(self, msg_id: str, timestamp: int, body: bytes) -> dict[str, str]:
@@ -113,14 +129,16 @@ def verify(
     headers: Mapping[str, str],
     body: bytes,
     *,
+    public_keys: Sequence[str] = (),
     tolerance_s: float = DEFAULT_TOLERANCE_S,
     now: float | None = None,
 ) -> None:
     """Check a received webhook as a Standard Webhooks receiver would.
 
-    Raises SignatureError if a header is missing, the timestamp is outside
-    ``tolerance_s`` of ``now`` (unix seconds), or no ``v1`` signature matches
-    any of ``secrets``.
+    Accepted if any ``v1`` signature matches one of ``secrets`` (``whsec_``) or
+    any ``v1a`` signature one of ``public_keys`` (``whpk_``). Raises
+    SignatureError if a header is missing, the timestamp is outside
+    ``tolerance_s`` of ``now`` (unix seconds), or nothing matches.
     """
     lowered = {k.lower(): v for k, v in headers.items()}
     msg_id = _required(lowered, "webhook-id")
@@ -132,31 +150,37 @@ def verify(
         raise SignatureError("webhook-timestamp is not an integer number of seconds")
     timestamp = int(ts_text)
     current = time.time() if now is None else now
-    # Checked before the HMAC so a replayed old message is refused cheaply.
+    # Checked before the signatures so a replayed old message is refused cheaply.
     if timestamp < current - tolerance_s:
         raise SignatureError("webhook-timestamp is too old")
     if timestamp > current + tolerance_s:
         raise SignatureError("webhook-timestamp is too far in the future")
 
-    received: list[bytes] = []
+    received: dict[str, list[bytes]] = {SIGNATURE_VERSION: [], ed25519.SIGNATURE_VERSION: []}
     for entry in raw_sig.split():
         version, sep, encoded = entry.partition(",")
-        # Other versions (e.g. v1a, asymmetric) may sit beside ours; skip them.
-        if not sep or version != SIGNATURE_VERSION:
+        # Versions we hold no key for may sit beside the ones we check; skip them.
+        if not sep or version not in received:
             continue
         try:
-            received.append(base64.b64decode(encoded, validate=True))
+            received[version].append(base64.b64decode(encoded, validate=True))
         except (binascii.Error, ValueError):
             continue
-    if not received:
-        raise SignatureError("webhook-signature holds no well-formed v1 signature")
+    hmacs = received[SIGNATURE_VERSION] if secrets else []
+    signatures = received[ed25519.SIGNATURE_VERSION] if public_keys else []
+    if not hmacs and not signatures:
+        wanted = " or ".join(v for v, keys in (("v1", secrets), ("v1a", public_keys)) if keys)
+        raise SignatureError(f"webhook-signature holds no well-formed {wanted or 'v1'} signature")
 
-    expected = Signer(secrets).digests(msg_id, timestamp, body)
-    # Compare every pair, no early exit, so timing says nothing about which matched.
     matched = False
-    for want in expected:
-        for got in received:
-            matched |= hmac.compare_digest(want, got)
+    if hmacs:
+        # Compare every pair, no early exit, so timing says nothing about which matched.
+        for want in Signer(secrets).digests(msg_id, timestamp, body):
+            for got in hmacs:
+                matched |= hmac.compare_digest(want, got)
+    # Public keys are no secret: an early exit there tells an attacker nothing.
+    if not matched and signatures:
+        matched = ed25519.matches(public_keys, msg_id, timestamp, body, signatures)
     if not matched:
         raise SignatureError("no signature matches")
 

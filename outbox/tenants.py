@@ -1,4 +1,8 @@
-"""Tenants: API keys (stored hashed) and signing secrets (stored encrypted)."""
+"""Tenants: API keys (stored hashed), and the signing keys they start with.
+
+The signing keys themselves (issue, rotate, read) are :mod:`outbox.signingkeys`;
+their names are re-exported here, where callers have always found them.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +10,39 @@ import hashlib
 import hmac
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 
 from . import ids
 from .crypto import SecretBox
 from .errors import TenantNotFound
-from .models import TenantId
-from .signing import generate_secret
+from .models import SignatureScheme, TenantId
+from .signingkeys import (
+    ActiveSecrets,
+    NewKeys,
+    SigningKeyRow,
+    active_secrets,
+    issue_keys,
+    rotate_secret,
+    signing_keys,
+)
 from .store import tenants as store
+
+__all__ = [
+    "ActiveSecrets",
+    "NewKeys",
+    "NewTenant",
+    "SigningKeyRow",
+    "active_secrets",
+    "authenticate",
+    "create_tenant",
+    "hash_api_key",
+    "list_tenants",
+    "rotate_api_key",
+    "rotate_secret",
+    "signing_keys",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,43 +52,45 @@ class NewTenant:
     id: str
     name: str
     api_key: str
-    signing_secret: str
+    signing_secret: str | None
+    public_key: str | None = None
+    signature_scheme: SignatureScheme = "v1"
 
     def __repr__(self) -> str:
         return f"NewTenant(id={self.id!r}, name={self.name!r}, api_key=***, signing_secret=***)"
+
+    def to_resource(self) -> dict[str, Any]:
+        """The creation answer: credentials a v1 tenant signs with (``signingSecret``) or a
+        v1a tenant's receivers verify with (``publicKey``); null when the scheme has none."""
+        return {
+            "id": self.id,
+            "name": self.name,
+            "signatureScheme": self.signature_scheme,
+            "apiKey": self.api_key,
+            "signingSecret": self.signing_secret,
+            "publicKey": self.public_key,
+        }
 
 
 def hash_api_key(api_key: str) -> bytes:
     return hashlib.sha256(api_key.encode("utf-8")).digest()
 
 
-async def create_tenant(conn: asyncpg.Connection, name: str, box: SecretBox) -> NewTenant:
-    """Create a tenant with a fresh API key and signing secret."""
-    tenant_id, api_key, secret = TenantId(ids.tenant_id()), ids.api_key(), generate_secret()
+async def create_tenant(
+    conn: asyncpg.Connection, name: str, box: SecretBox, scheme: SignatureScheme = "v1"
+) -> NewTenant:
+    """Create a tenant with a fresh API key and the signing keys its ``scheme`` needs."""
+    tenant_id, api_key = TenantId(ids.tenant_id()), ids.api_key()
     async with conn.transaction():
         await store.insert_tenant(
-            conn, tenant_id=tenant_id, name=name, api_key_hash=hash_api_key(api_key)
+            conn,
+            tenant_id=tenant_id,
+            name=name,
+            api_key_hash=hash_api_key(api_key),
+            scheme=scheme,
         )
-        await store.insert_secret(
-            conn, tenant_id=tenant_id, secret_enc=box.encrypt(secret, aad=tenant_id.encode())
-        )
-    return NewTenant(tenant_id, name, api_key, secret)
-
-
-async def rotate_secret(
-    conn: asyncpg.Connection, tenant_id: str, box: SecretBox, overlap_s: float
-) -> str:
-    """Issue a new signing secret; the current ones keep signing for ``overlap_s``."""
-    secret = generate_secret()
-    async with conn.transaction():
-        # First, so concurrent rotations of one tenant queue on its row lock.
-        if await store.bump_secret_version(conn, tenant_id=tenant_id) is None:
-            raise TenantNotFound(tenant_id)
-        await store.expire_secrets(conn, tenant_id=tenant_id, overlap_s=overlap_s)
-        await store.insert_secret(
-            conn, tenant_id=tenant_id, secret_enc=box.encrypt(secret, aad=tenant_id.encode())
-        )
-    return secret
+        keys = await issue_keys(conn, tenant_id, scheme, box)
+    return NewTenant(tenant_id, name, api_key, keys.signing_secret, keys.public_key, scheme)
 
 
 async def rotate_api_key(conn: asyncpg.Connection, tenant_id: str) -> str:
@@ -92,26 +122,3 @@ async def authenticate(conn: asyncpg.Connection, api_key: str) -> str | None:
     if tenant is None or not hmac.compare_digest(tenant.api_key_hash, digest):
         return None
     return tenant.id
-
-
-@dataclass(frozen=True, slots=True)
-class ActiveSecrets:
-    """A tenant's signing secrets, newest first, and when the first of them expires."""
-
-    values: list[str]
-    expires_at: datetime | None
-
-
-async def active_secrets(
-    conn: asyncpg.Connection, tenant_ids: list[str], box: SecretBox
-) -> dict[str, ActiveSecrets]:
-    """Decrypted secrets that currently sign, per tenant (one query)."""
-    values: dict[str, list[str]] = {t: [] for t in tenant_ids}
-    expiry: dict[str, datetime | None] = dict.fromkeys(tenant_ids)
-    for row in await store.active_secrets(conn, tenant_ids=tenant_ids):
-        tid = row.tenant_id
-        values[tid].append(box.decrypt(row.secret_enc, aad=tid.encode()))
-        if row.expires_at is not None:
-            current = expiry[tid]
-            expiry[tid] = row.expires_at if current is None else min(current, row.expires_at)
-    return {t: ActiveSecrets(values[t], expiry[t]) for t in tenant_ids}

@@ -18,7 +18,17 @@ from .auth import KeyCache, revocations
 from .console.security import SignInThrottle
 from .errors import HANDLERS
 from .limits import HeaderLimit
-from .routes import admin, deadletters, destinations, docs, health, metrics, tasks
+from .routes import (
+    admin,
+    deadletters,
+    destinations,
+    docs,
+    health,
+    metrics,
+    signing_keys,
+    tasks,
+    testevents,
+)
 from .runtime import Runtime
 from .watcher import TaskWatcher
 
@@ -66,6 +76,8 @@ def create_app(
             *metrics.routes,
             *tasks.routes,
             *admin.routes,
+            *signing_keys.routes,
+            *testevents.routes,
             *deadletters.routes,
             *destinations.routes,
             *openapi.routes,

@@ -44,6 +44,7 @@ from outbox.errors import (
     ProgressBackwards,
     TaskNotFound,
     TenantNotFound,
+    TestEventNotFound,
 )
 
 log = logging.getLogger("hookrelay.api")
@@ -171,6 +172,7 @@ def _transition_message(exc: InvalidTransition) -> str:
 OUTBOX_ANSWERS: dict[type[OutboxError], Answer] = {
     TaskNotFound: Answer(404, "not_found", "task not found"),
     TenantNotFound: Answer(404, "not_found", "tenant not found"),
+    TestEventNotFound: Answer(404, "not_found", "test event not found"),
     DeadLetterNotFound: Answer(404, "not_found", "dead letter not found"),
     AlreadyReplayed: Answer(409, "already_replayed", "this dead letter was already replayed"),
     IdempotencyKeyReused: Answer(422, "idempotency_key_reused"),

@@ -8,7 +8,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from outbox.models import CircuitState, DeliveryStatus, Outcome, TaskStatus, TerminalStatus
+from outbox.models import (
+    CircuitState,
+    DeliveryStatus,
+    KeyScheme,
+    Outcome,
+    SignatureScheme,
+    TaskStatus,
+    TerminalStatus,
+    TestEventStatus,
+)
 
 Schema = dict[str, Any]
 
@@ -73,6 +82,25 @@ TASK: Schema = {
         "delivery": DELIVERY,
     },
 }
+SIGNING_KEYS: Schema = {
+    "type": "object",
+    "properties": {
+        "signatureScheme": _enum(SignatureScheme),
+        "data": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["scheme", "createdAt", "expiresAt"],
+                "properties": {
+                    "scheme": _enum(KeyScheme),
+                    "publicKey": {"type": "string", "pattern": "^whpk_"},
+                    "createdAt": TS,
+                    "expiresAt": TS,
+                },
+            },
+        },
+    },
+}
 SUBMIT: Schema = {
     "type": "object",
     "required": ["type", "callbackUrl"],
@@ -117,6 +145,16 @@ ATTEMPT: Schema = {
         "statusCode": {"type": ["integer", "null"]},
         "error": {"type": ["string", "null"]},
         "responsePrefix": {"type": ["string", "null"]},
+    },
+}
+TEST_EVENT: Schema = {
+    "type": "object",
+    "required": ["eventId", "type", "status"],
+    "properties": {
+        "eventId": {"type": "string", "pattern": "^evt_"},
+        "type": {"const": "ping"},
+        "status": _enum(TestEventStatus),
+        "attempts": {"type": "array", "items": ATTEMPT},
     },
 }
 DEAD_LETTER: Schema = {
@@ -332,7 +370,11 @@ def spec() -> Schema:
                     body={
                         "type": "object",
                         "required": ["name"],
-                        "properties": {"name": {"type": "string"}},
+                        "additionalProperties": False,
+                        "properties": {
+                            "name": {"type": "string", "minLength": 1, "maxLength": 200},
+                            "signatureScheme": _enum(SignatureScheme),
+                        },
                     },
                     errors=(400, 401, 403, 422),
                 ),
@@ -365,6 +407,34 @@ def spec() -> Schema:
                     "security": [],
                     "responses": {"303": {"description": "to the sign-in page or the overview"}},
                 }
+            },
+            "/v1/signing-keys": {
+                "get": _op(
+                    "Keys the tenant's webhooks are signed with; v1a public keys",
+                    (200, SIGNING_KEYS),
+                    errors=(401, 403),
+                )
+            },
+            "/v1/test-events": {
+                "post": _op(
+                    "Queue a signed ping webhook to a URL (retries, attempt log)",
+                    (202, TEST_EVENT),
+                    body={
+                        "type": "object",
+                        "required": ["callbackUrl"],
+                        "additionalProperties": False,
+                        "properties": {"callbackUrl": {"type": "string", "maxLength": 2048}},
+                    },
+                    errors=(400, 401, 403, 413, 415, 422),
+                )
+            },
+            "/v1/test-events/{event_id}": {
+                "get": _op(
+                    "A test event: status and attempts",
+                    (200, TEST_EVENT),
+                    params=[_p("event_id")],
+                    errors=(401, 403, 404),
+                )
             },
             "/v1/admin/dead-letters": {
                 "get": _op(

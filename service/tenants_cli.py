@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import Any, get_args
 
 import asyncpg
 
-from outbox.models import iso
+from outbox.models import SignatureScheme, iso
 from outbox.tenants import create_tenant, list_tenants, rotate_api_key
 
 from .runtime import Runtime
@@ -22,6 +22,12 @@ def add_parser(sub: Any) -> None:
     actions = tenants.add_subparsers(dest="action", required=True)
     create = actions.add_parser("create", help="create a tenant; prints its credentials once")
     create.add_argument("name")
+    create.add_argument(
+        "--scheme",
+        choices=get_args(SignatureScheme),
+        default="v1",
+        help="signatures its webhooks carry: v1 (HMAC), v1a (Ed25519) or both",
+    )
     ls = actions.add_parser("list", help="every tenant, oldest first")
     rotate = actions.add_parser(
         "rotate-key", help="issue a new API key; the old one stops working at once"
@@ -46,16 +52,17 @@ def _table(rows: list[dict[str, Any]]) -> str:
 async def run(conn: asyncpg.Connection, args: argparse.Namespace, runtime: Runtime) -> int:
     """Carry out one ``tenants`` action; the exit status."""
     if args.action == "create":
-        t = await create_tenant(conn, args.name, runtime.secret_box)
-        shown = {"id": t.id, "name": t.name, "apiKey": t.api_key, "signingSecret": t.signing_secret}
+        t = await create_tenant(conn, args.name, runtime.secret_box, args.scheme)
         if args.json:
-            print(json.dumps(shown))
+            print(json.dumps(t.to_resource()))
         else:
-            print(
-                f"tenant id:       {t.id}\nname:            {printable(t.name)}\n"
-                f"api key:         {t.api_key}\nsigning secret:  {t.signing_secret}\n"
-                "(shown once: store them now)"
-            )
+            lines = [f"tenant id:       {t.id}", f"name:            {printable(t.name)}"]
+            lines.append(f"api key:         {t.api_key}")
+            if t.signing_secret is not None:
+                lines.append(f"signing secret:  {t.signing_secret}")
+            if t.public_key is not None:
+                lines.append(f"public key:      {t.public_key}   (v1a: receivers verify with it)")
+            print("\n".join([*lines, "(shown once: store them now)"]))
         return 0
     if args.action == "list":
         rows: list[dict[str, Any]] = []

@@ -171,3 +171,12 @@ def progress(body: Any) -> tuple[float, str | None]:
         return check_progress(data.get("percent"), data.get("message"))
     except ValueError as exc:
         raise Unprocessable(str(exc)) from exc
+
+
+PING_FIELDS = {"callbackUrl"}
+
+
+async def ping_target(body: Any, policy: AddressPolicy, resolver: Resolver) -> str:
+    """The callback URL of ``POST /v1/test-events``, checked like a task's (422 if refused)."""
+    data = _object(body, PING_FIELDS)
+    return await check_callback_url(data.get("callbackUrl"), policy, resolver)

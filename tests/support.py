@@ -28,7 +28,7 @@ from outbox.models import EventId
 from outbox.store import delivery
 from outbox.store.delivery import ClaimedEvent
 from outbox.tasks import NewTask, create_task
-from outbox.tenants import NewTenant, create_tenant
+from outbox.tenants import NewKeys, NewTenant, create_tenant
 from service.runtime import Runtime
 from service.workers import make_dispatcher
 
@@ -38,6 +38,12 @@ ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
+
+
+def v1_secret(keys: NewTenant | NewKeys) -> str:
+    """The ``whsec_`` secret of a v1 (or both) tenant or rotation; a v1a-only one has none."""
+    assert keys.signing_secret is not None, "a v1a-only tenant has no HMAC secret"
+    return keys.signing_secret
 
 
 def with_database(dsn: str, name: str) -> str:

@@ -23,7 +23,7 @@ from outbox.store import delivery
 from outbox.tenants import rotate_secret
 
 from .receiver import Receiver
-from .support import backlog, claim_due, dispatcher, eventually, wait_drained
+from .support import backlog, claim_due, dispatcher, eventually, v1_secret, wait_drained
 
 pytestmark = pytest.mark.anyio
 
@@ -44,7 +44,7 @@ async def test_delivers_signed_webhook(pool, runtime, receiver) -> None:
     assert h["content-type"] == "application/json"
     assert h["webhook-id"] == event_id
     assert abs(int(h["webhook-timestamp"]) - time.time()) < 10
-    assert h["webhook-signature"] == expected_signature(tenant.signing_secret, h, got.body)
+    assert h["webhook-signature"] == expected_signature(v1_secret(tenant), h, got.body)
     body = json.loads(got.body)
     assert body["type"] == "task.succeeded" and body["data"]["status"] == "succeeded"
     assert set(body) == {"type", "timestamp", "data"}
@@ -303,7 +303,7 @@ async def test_rotation_signs_with_both_then_only_new(pool, runtime, receiver) -
     rt = replace(runtime, settings=replace(runtime.settings, secret_overlap_s=1.5))
     tenant, _ = await backlog(pool, rt, receiver.url, 0)
     async with pool.acquire() as conn:
-        new = await rotate_secret(conn, tenant.id, rt.secret_box, 1.5)
+        new = v1_secret(await rotate_secret(conn, tenant.id, rt.secret_box, 1.5))
     async with running(dispatcher(rt, pool)):
         await backlog(pool, rt, receiver.url, 1, tenant)
         await receiver.wait_for(1)
@@ -312,12 +312,12 @@ async def test_rotation_signs_with_both_then_only_new(pool, runtime, receiver) -
         await receiver.wait_for(2)
     during, after = receiver.received
     assert len(during.headers["webhook-signature"].split(" ")) == 2
-    verify([tenant.signing_secret], during.headers, during.body)
+    verify([v1_secret(tenant)], during.headers, during.body)
     verify([new], during.headers, during.body)
     assert len(after.headers["webhook-signature"].split(" ")) == 1
     verify([new], after.headers, after.body)
     with pytest.raises(SignatureError):
-        verify([tenant.signing_secret], after.headers, after.body)
+        verify([v1_secret(tenant)], after.headers, after.body)
 
 
 @pytest.mark.slow

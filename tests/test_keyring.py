@@ -13,20 +13,21 @@ from outbox.keyring import Keyring
 from outbox.signing import Signer, verify
 from outbox.tenants import NewTenant, create_tenant, rotate_secret
 
-from .support import backlog, dispatcher, eventually
+from .support import backlog, dispatcher, eventually, v1_secret
 
 pytestmark = pytest.mark.anyio
 
 
 async def test_rotation_takes_effect_at_once(pool, runtime, receiver) -> None:
     tenant, _ = await backlog(pool, runtime, receiver.url, 1)
-    secrets = [tenant.signing_secret]
+    secrets = [v1_secret(tenant)]
     async with running(dispatcher(runtime, pool)):
         await receiver.wait_for(1)  # the first key is cached now
         for n in range(2, 6):
             async with pool.acquire() as conn:
                 # No overlap: from the commit on, only the new key may sign.
-                secrets.append(await rotate_secret(conn, tenant.id, runtime.secret_box, 0))
+                new = await rotate_secret(conn, tenant.id, runtime.secret_box, 0)
+                secrets.append(v1_secret(new))
             await backlog(pool, runtime, receiver.url, 1, tenant)  # no sleep in between
             await receiver.wait_for(n)
     for got, secret, previous in zip(receiver.received[1:], secrets[1:], secrets[:-1], strict=True):
@@ -41,13 +42,13 @@ async def test_rotation_with_overlap_signs_with_new_key_at_once(pool, runtime, r
     async with running(dispatcher(runtime, pool)):
         await receiver.wait_for(1)
         async with pool.acquire() as conn:
-            new = await rotate_secret(conn, tenant.id, runtime.secret_box, 3600)
+            new = v1_secret(await rotate_secret(conn, tenant.id, runtime.secret_box, 3600))
         await backlog(pool, runtime, receiver.url, 1, tenant)
         await receiver.wait_for(2)
     after = receiver.received[1]
     assert len(after.headers["webhook-signature"].split()) == 2
     verify([new], after.headers, after.body)
-    verify([tenant.signing_secret], after.headers, after.body)
+    verify([v1_secret(tenant)], after.headers, after.body)
 
 
 async def test_same_version_is_served_from_cache(pool, runtime) -> None:
@@ -55,7 +56,7 @@ async def test_same_version_is_served_from_cache(pool, runtime) -> None:
     async with pool.acquire() as conn:
         t = await create_tenant(conn, "acme", runtime.secret_box)
         first = (await ring.signers(conn, {t.id: 1}))[t.id]
-        new = await rotate_secret(conn, t.id, runtime.secret_box, 0)
+        new = v1_secret(await rotate_secret(conn, t.id, runtime.secret_box, 0))
         # Same version asked: the cached signer, though the database moved on.
         assert (await ring.signers(conn, {t.id: 1}))[t.id] is first
         # The version the claim read after the rotation: loaded afresh.
@@ -92,16 +93,16 @@ async def test_an_expired_entry_is_loaded_again(pool, runtime, acme) -> None:
     keyring = Keyring(runtime.secret_box, ttl_s=0)
     async with pool.acquire() as conn:
         first = (await keyring.signers(conn, {acme.id: 1}))[acme.id]
-        new = await rotate_secret(conn, acme.id, runtime.secret_box, overlap_s=3600)
+        new = v1_secret(await rotate_secret(conn, acme.id, runtime.secret_box, overlap_s=3600))
         again = (await keyring.signers(conn, {acme.id: 1}))[acme.id]
     assert again is not first and secret_count(again) == 2
-    assert signs_with(again, new) and signs_with(again, acme.signing_secret)
+    assert signs_with(again, new) and signs_with(again, v1_secret(acme))
 
 
 async def test_an_entry_never_outlives_the_overlap_of_its_secrets(pool, runtime, acme) -> None:
     keyring = Keyring(runtime.secret_box, ttl_s=3600)
     async with pool.acquire() as conn:
-        new = await rotate_secret(conn, acme.id, runtime.secret_box, overlap_s=0.5)
+        new = v1_secret(await rotate_secret(conn, acme.id, runtime.secret_box, overlap_s=0.5))
         during = (await keyring.signers(conn, {acme.id: 2}))[acme.id]
         assert secret_count(during) == 2
 
@@ -118,9 +119,9 @@ async def test_many_tenants_in_one_call(pool, runtime, acme) -> None:
     async with pool.acquire() as conn:
         globex = await create_tenant(conn, "globex", runtime.secret_box)
         signers = await Keyring(runtime.secret_box).signers(conn, {acme.id: 1, globex.id: 1})
-    assert signs_with(signers[acme.id], acme.signing_secret)
-    assert signs_with(signers[globex.id], globex.signing_secret)
-    assert not signs_with(signers[acme.id], globex.signing_secret)
+    assert signs_with(signers[acme.id], v1_secret(acme))
+    assert signs_with(signers[globex.id], v1_secret(globex))
+    assert not signs_with(signers[acme.id], v1_secret(globex))
 
 
 async def test_an_undecryptable_tenant_is_left_out_and_not_cached(
@@ -137,14 +138,14 @@ async def test_an_undecryptable_tenant_is_left_out_and_not_cached(
             signers = await keyring.signers(conn, {acme.id: 1, bad.id: 1})
         assert set(signers) == {acme.id}, "the other tenant is still signed"
         assert f"cannot decrypt signing secret of tenant {bad.id}" in caplog.text
-        assert bad.signing_secret not in caplog.text
+        assert v1_secret(bad) not in caplog.text
 
         # Repaired, it is used at once: the failure was not cached.
         await conn.execute(
             "UPDATE signing_secrets SET secret_enc = $2 WHERE tenant_id = $1", bad.id, stored
         )
         signers = await keyring.signers(conn, {acme.id: 1, bad.id: 1})
-    assert signs_with(signers[bad.id], bad.signing_secret)
+    assert signs_with(signers[bad.id], v1_secret(bad))
 
 
 async def test_no_tenants_no_query(runtime) -> None:

@@ -28,6 +28,7 @@ from .support import (
     free_port,
     run_cli,
     start,
+    v1_secret,
     wait_drained,
     wait_for_port,
 )
@@ -179,7 +180,7 @@ async def test_one_tenants_corrupted_secret_does_not_stop_the_others(
         await wait_drained(pool)
     assert sorted(r.headers["webhook-id"] for r in receiver.received) == sorted(good_events)
     for r in receiver.received:
-        Webhook(good.signing_secret).verify(r.body, r.headers)
+        Webhook(v1_secret(good)).verify(r.body, r.headers)
     dead = await pool.fetch("SELECT event_id, last_error FROM dead_letters")
     assert sorted(r["event_id"] for r in dead) == sorted(bad_events)
     assert all(r["last_error"] == UNDECRYPTABLE for r in dead)
@@ -216,7 +217,7 @@ async def test_corrupted_tenant_isolated_in_a_dispatch_process(
         assert await proc.wait() == 0
     assert sorted(r.headers["webhook-id"] for r in receiver.received) == sorted(good_events)
     for r in receiver.received:
-        Webhook(good.signing_secret).verify(r.body, r.headers)
+        Webhook(v1_secret(good)).verify(r.body, r.headers)
     dead = await pool.fetch("SELECT event_id, last_error FROM dead_letters")
     assert sorted(r["event_id"] for r in dead) == sorted(bad_events)
     assert {r["last_error"] for r in dead} == {UNDECRYPTABLE}

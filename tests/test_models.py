@@ -14,7 +14,9 @@ from outbox.models import (
     AuditAction,
     CircuitState,
     DeliveryStatus,
+    KeyScheme,
     Outcome,
+    SignatureScheme,
     TaskStatus,
 )
 
@@ -27,6 +29,8 @@ CHECKED: dict[tuple[str, str], Any] = {
     ("delivery_attempts", "outcome"): Outcome,
     ("destinations", "state"): CircuitState,
     ("ops_audit", "action"): AuditAction,
+    ("tenants", "signature_scheme"): SignatureScheme,
+    ("signing_secrets", "scheme"): KeyScheme,
 }
 
 

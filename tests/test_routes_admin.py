@@ -11,7 +11,7 @@ import pytest
 from outbox.tenants import active_secrets, hash_api_key
 from service.app import create_app
 
-from .support import ADMIN, bearer, eventually
+from .support import ADMIN, bearer, eventually, v1_secret
 
 pytestmark = pytest.mark.anyio
 
@@ -80,7 +80,7 @@ async def test_rotate_with_zero_overlap_drops_old_secret(pool: asyncpg.Pool, run
 
     async with pool.acquire() as conn:
         t = await create_tenant(conn, "z", runtime.secret_box)
-        new = await rotate_secret(conn, t.id, runtime.secret_box, 0)
+        new = v1_secret(await rotate_secret(conn, t.id, runtime.secret_box, 0))
         assert (await active_secrets(conn, [t.id], runtime.secret_box))[t.id].values == [new]
 
 

@@ -44,3 +44,17 @@ async def test_rotate_key_of_unknown_tenant_is_one_line(runtime, dsn) -> None:
     code, out, err = await run_cli("tenants", "rotate-key", "ten_nope", env=cli_env(runtime, dsn))
     assert code != 0 and out == ""
     assert len(err.strip().splitlines()) == 1 and "ten_nope" in err
+
+
+async def test_create_v1a_prints_the_public_key(runtime, dsn) -> None:
+    env = cli_env(runtime, dsn)
+    code, out, err = await run_cli("tenants", "create", "acme", "--scheme", "v1a", env=env)
+    assert code == 0, err
+    assert "public key:      whpk_" in out and "signing secret" not in out
+    code, out, err = await run_cli("tenants", "create", "b", "--scheme", "both", "--json", env=env)
+    assert code == 0, err
+    made = json.loads(out)
+    assert made["signatureScheme"] == "both"
+    assert made["signingSecret"].startswith("whsec_") and made["publicKey"].startswith("whpk_")
+    code, _, err = await run_cli("tenants", "create", "c", "--scheme", "v2", env=env)
+    assert code != 0 and "--scheme" in err

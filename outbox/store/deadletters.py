@@ -45,7 +45,7 @@ class DeadLetterFilter:
 class DeadLetter:
     event_id: EventId
     tenant_id: TenantId
-    task_id: TaskId
+    task_id: TaskId | None  # None: a test event
     event_type: str
     callback_url: str
     created_at: datetime

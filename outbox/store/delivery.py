@@ -28,7 +28,7 @@ class ClaimedEvent:
     id: int
     event_id: EventId
     tenant_id: TenantId
-    task_id: TaskId
+    task_id: TaskId | None  # None: a test event
     event_type: str
     callback_url: str
     host: str

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import get_args
 
 import asyncpg
 
 from .._queries import sql
-from ..models import Attempt, EventId, TaskId
+from ..models import Attempt, EventId, TaskId, TestEventStatus
 
 OUTBOX_CHANNEL = "hookrelay_outbox"
 TASKS_CHANNEL = "hookrelay_tasks"
@@ -17,6 +18,8 @@ _INSERT_OUTBOX = sql("insert_outbox")
 _NOTIFY = sql("notify")
 _REQUEUE_EVENTS = sql("requeue_events")
 _ATTEMPTS = sql("attempts")
+_EVENT_ATTEMPTS = sql("event_attempts")
+_TEST_EVENT_STATE = sql("test_event_state")
 
 
 async def insert_outbox(
@@ -24,13 +27,13 @@ async def insert_outbox(
     *,
     event_id: EventId,
     tenant_id: str,
-    task_id: TaskId,
+    task_id: TaskId | None,
     event_type: str,
     callback_url: str,
     host: str,
     body: str,
 ) -> None:
-    """A new event, due now."""
+    """A new event, due now; ``task_id`` None for a test event, which has no task."""
     await conn.execute(
         _INSERT_OUTBOX, event_id, tenant_id, task_id, event_type, callback_url, host, body
     )
@@ -47,7 +50,7 @@ class OutboxEvent:
 
     event_id: EventId
     tenant_id: str
-    task_id: TaskId
+    task_id: TaskId | None
     event_type: str
     callback_url: str
     host: str
@@ -60,7 +63,7 @@ async def requeue_events(
     """Put events back in the outbox (fresh budget, numbering carried on), close their
     dead letters as replayed ``by``, mark their tasks pending; the ids queued (an event
     still waiting in the outbox is skipped)."""
-    cols: tuple[list[str], ...] = tuple([] for _ in range(7))
+    cols: tuple[list[str | None], ...] = tuple([] for _ in range(7))
     for e in events:
         for col, value in zip(
             cols,
@@ -76,3 +79,22 @@ async def attempts(
 ) -> list[Attempt]:
     """The task's delivery log, oldest first; only ``event_id``'s attempts if given."""
     return [Attempt.from_row(r) for r in await conn.fetch(_ATTEMPTS, task_id, event_id)]
+
+
+async def event_attempts(
+    conn: asyncpg.Connection, *, event_id: str, tenant_id: str | None = None
+) -> list[Attempt]:
+    """One event's attempts, oldest first; only if it is ``tenant_id``'s, when given."""
+    return [Attempt.from_row(r) for r in await conn.fetch(_EVENT_ATTEMPTS, event_id, tenant_id)]
+
+
+async def test_event_state(
+    conn: asyncpg.Connection, *, event_id: str, tenant_id: str
+) -> TestEventStatus | None:
+    """Where the tenant's test event is: ``pending`` in the outbox, ``dead`` as an open
+    dead letter, ``delivered`` per its log; None if the tenant has no test event by that id."""
+    state = await conn.fetchval(_TEST_EVENT_STATE, event_id, tenant_id)
+    for known in get_args(TestEventStatus):
+        if state == known:
+            return known  # type: ignore[no-any-return]
+    return None

@@ -9,7 +9,7 @@ from datetime import datetime
 import asyncpg
 
 from .._queries import sql
-from ..models import TenantId
+from ..models import KeyScheme, SignatureScheme, TenantId
 
 _INSERT_TENANT = sql("insert_tenant")
 _INSERT_SECRET = sql("insert_secret")
@@ -23,6 +23,7 @@ _ROTATE_API_KEY = sql("rotate_api_key")
 
 # NOTIFY channel: payload a tenant id whose API key changed.
 KEYS_CHANNEL = "hookrelay_keys"
+_SIGNING_KEYS = sql("signing_keys")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,18 +46,47 @@ class SecretRow:
     tenant_id: TenantId
     secret_enc: bytes
     expires_at: datetime | None
+    scheme: KeyScheme
+
+
+@dataclass(frozen=True, slots=True)
+class SigningKeyRow:
+    """One key that signs now, as a receiver may learn of it (no secret material)."""
+
+    scheme: KeyScheme
+    public_key: str | None
+    created_at: datetime
+    expires_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Rotation:
+    """What a rotation bumped: the tenant's new key version and which kinds to replace."""
+
+    version: int
+    scheme: SignatureScheme
 
 
 async def insert_tenant(
-    conn: asyncpg.Connection, *, tenant_id: TenantId, name: str, api_key_hash: bytes
+    conn: asyncpg.Connection,
+    *,
+    tenant_id: TenantId,
+    name: str,
+    api_key_hash: bytes,
+    scheme: SignatureScheme = "v1",
 ) -> None:
-    await conn.execute(_INSERT_TENANT, tenant_id, name, api_key_hash)
+    await conn.execute(_INSERT_TENANT, tenant_id, name, api_key_hash, scheme)
 
 
 async def insert_secret(
-    conn: asyncpg.Connection, *, tenant_id: TenantId | str, secret_enc: bytes
+    conn: asyncpg.Connection,
+    *,
+    tenant_id: TenantId | str,
+    secret_enc: bytes,
+    scheme: KeyScheme = "v1",
+    public_key: str | None = None,
 ) -> None:
-    await conn.execute(_INSERT_SECRET, tenant_id, secret_enc)
+    await conn.execute(_INSERT_SECRET, tenant_id, secret_enc, scheme, public_key)
 
 
 async def expire_secrets(
@@ -66,10 +96,10 @@ async def expire_secrets(
     await conn.execute(_EXPIRE_SECRETS, tenant_id, float(overlap_s))
 
 
-async def bump_secret_version(conn: asyncpg.Connection, *, tenant_id: str) -> int | None:
-    """The tenant's next signing-key version, row-locked until commit; None if no such tenant."""
-    value = await conn.fetchval(_BUMP_SECRET_VERSION, tenant_id)
-    return int(value) if value is not None else None
+async def bump_secret_version(conn: asyncpg.Connection, *, tenant_id: str) -> Rotation | None:
+    """The tenant's next key version, row-locked until commit; None if no such tenant."""
+    row = await conn.fetchrow(_BUMP_SECRET_VERSION, tenant_id)
+    return Rotation(row[0], row[1]) if row is not None else None
 
 
 async def tenant_exists(conn: asyncpg.Connection, *, tenant_id: str) -> bool:
@@ -97,3 +127,14 @@ async def list_tenants(
 async def replace_api_key(conn: asyncpg.Connection, *, tenant_id: str, api_key_hash: bytes) -> bool:
     """Swap the tenant's key hash and announce it at commit; False if no such tenant."""
     return await conn.fetchrow(_ROTATE_API_KEY, tenant_id, api_key_hash, KEYS_CHANNEL) is not None
+
+
+async def signing_keys(
+    conn: asyncpg.Connection, *, tenant_id: str
+) -> tuple[SignatureScheme, list[SigningKeyRow]] | None:
+    """The tenant's scheme and the keys that sign now, newest first; None if no such tenant."""
+    rows = await conn.fetch(_SIGNING_KEYS, tenant_id)
+    if not rows:
+        return None
+    keys = [SigningKeyRow(*r[1:]) for r in rows if r[1] is not None]
+    return rows[0][0], keys

@@ -279,10 +279,12 @@ async def new_tenant(request: Request) -> Response:
         raise FormRejected("a name of 1-200 characters is required")
     async with request.app.state.pool.acquire() as conn:
         t = await create_tenant(conn, name, request.app.state.secret_box)
-    return await tenants(
-        request,
-        shown=[("tenant id", t.id), ("API key", t.api_key), ("signing secret", t.signing_secret)],
-    )
+    shown = [("tenant id", t.id), ("API key", t.api_key)]
+    if t.signing_secret is not None:
+        shown.append(("signing secret", t.signing_secret))
+    if t.public_key is not None:
+        shown.append(("public key", t.public_key))
+    return await tenants(request, shown=shown)
 
 
 async def tenant_rotate_secret(request: Request) -> Response:
@@ -291,9 +293,13 @@ async def tenant_rotate_secret(request: Request) -> Response:
     overlap = request.app.state.settings.secret_overlap_s
     async with request.app.state.pool.acquire() as conn:
         rotated = await rotate_secret(conn, tenant_id, request.app.state.secret_box, overlap)
-    # The route answers with the new secret only; so does this page.
-    secret = rotated if isinstance(rotated, str) else str(rotated)
-    return await tenants(request, shown=[("tenant id", tenant_id), ("new signing secret", secret)])
+    # What the route answers: the new HMAC secret and/or Ed25519 public key.
+    shown = [("tenant id", tenant_id)]
+    if rotated.signing_secret is not None:
+        shown.append(("new signing secret", rotated.signing_secret))
+    if rotated.public_key is not None:
+        shown.append(("new public key", rotated.public_key))
+    return await tenants(request, shown=shown)
 
 
 async def tenant_rotate_key(request: Request) -> Response:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any, get_args
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from outbox.models import iso
+from outbox.models import SignatureScheme, iso
+from outbox.signingkeys import rotate_secret
 from outbox.tasks import Cursor
-from outbox.tenants import create_tenant, list_tenants, rotate_api_key, rotate_secret
+from outbox.tenants import create_tenant, list_tenants, rotate_api_key
 
 from .. import validation
 from ..auth import require_admin
@@ -18,25 +21,30 @@ from ..errors import Unprocessable
 MAX_NAME = 200
 
 
+TENANT_FIELDS = {"name", "signatureScheme"}
+SCHEMES: tuple[SignatureScheme, ...] = get_args(SignatureScheme)
+
+
+def _scheme(raw: Any) -> SignatureScheme:
+    for scheme in SCHEMES:
+        if raw == scheme:
+            return scheme
+    raise Unprocessable(f"signatureScheme must be one of: {', '.join(SCHEMES)}")
+
+
 async def new_tenant(request: Request) -> Response:
     await require_admin(request)
     body = await read_json(request)
     name = body.get("name") if isinstance(body, dict) else None
     if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME:
         raise Unprocessable(f"name is required: a string of 1-{MAX_NAME} characters")
-    if set(body) - {"name"}:
-        raise Unprocessable(f"unknown field(s): {', '.join(sorted(set(body) - {'name'}))}")
+    if set(body) - TENANT_FIELDS:
+        raise Unprocessable(f"unknown field(s): {', '.join(sorted(set(body) - TENANT_FIELDS))}")
+    scheme = _scheme(body.get("signatureScheme", "v1"))
     async with request.app.state.pool.acquire() as conn:
-        tenant = await create_tenant(conn, name.strip(), request.app.state.secret_box)
+        tenant = await create_tenant(conn, name.strip(), request.app.state.secret_box, scheme)
     return JSONResponse(
-        {
-            "id": tenant.id,
-            "name": tenant.name,
-            "apiKey": tenant.api_key,
-            "signingSecret": tenant.signing_secret,
-        },
-        status_code=201,
-        headers={"Cache-Control": "no-store"},
+        tenant.to_resource(), status_code=201, headers={"Cache-Control": "no-store"}
     )
 
 
@@ -45,13 +53,14 @@ async def rotate(request: Request) -> Response:
     await read_json(request, required=False)
     overlap = request.app.state.settings.secret_overlap_s
     async with request.app.state.pool.acquire() as conn:
-        secret = await rotate_secret(
+        keys = await rotate_secret(
             conn, request.path_params["tenant_id"], request.app.state.secret_box, overlap
         )
     return JSONResponse(
         {
             "id": request.path_params["tenant_id"],
-            "signingSecret": secret,
+            "signingSecret": keys.signing_secret,
+            "publicKey": keys.public_key,
             "previousSecretsExpireInSeconds": overlap,
         },
         headers={"Cache-Control": "no-store"},
