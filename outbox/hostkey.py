@@ -3,7 +3,7 @@
 A key is ``scheme://host:port``: the scheme, the host as the resolver sees it and
 the effective port (80/443 when the URL names none). Host names are IDNA-encoded,
 lowercased and lose a trailing dot; IP literals take their canonical text, IPv6
-in brackets. An IPv6 address that carries an IPv4 one (IPv4-mapped, -compatible,
+in brackets. An IPv6 address that carries an IPv4 one (IPv4-mapped, SIIT, -compatible,
 NAT64, 6to4, Teredo) keys as that IPv4 address, and so do the spellings the C
 resolver reads as IPv4 (``127.1``, ``0x7f000001``, ``2130706433``). So every
 spelling of one receiver shares one cap and one circuit::
@@ -22,35 +22,28 @@ from urllib.parse import urlsplit
 import idna
 
 from .errors import InvalidCallbackUrl
+from .prefixes import classify, embedded_ipv4
 
 __all__ = ["DEFAULT_PORTS", "canonical_ip", "host_key"]
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
-# IPv6 ranges that carry an IPv4 address (the SSRF guard unwraps them too).
-IPV4_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
-NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
-SIX_TO_FOUR = ipaddress.IPv6Network("2002::/16")
-TEREDO = ipaddress.IPv6Network("2001::/32")
-IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
-MASK32 = 0xFFFFFFFF
 
 
 def canonical_ip(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
     """The address a packet to ``addr`` ends up at, as canonical text.
 
+    The prefixes and their rules are the SSRF guard's table (``outbox.prefixes``).
     For Teredo that is the client (the host behind the relay), stored inverted
-    in the low 32 bits; ``::`` and ``::1`` are not IPv4-compatible forms.
+    in the low 32 bits; ``::`` and ``::1`` are not IPv4-compatible forms. A
+    local-use NAT64 address, whose layout is unknown, keys as itself.
     """
     if isinstance(addr, ipaddress.IPv4Address):
         return str(addr)
     n = int(addr)
-    if addr in IPV4_MAPPED or addr in NAT64 or (addr in IPV4_COMPATIBLE and n > 1):
-        return str(ipaddress.IPv4Address(n & MASK32))
-    if addr in SIX_TO_FOUR:
-        return str(ipaddress.IPv4Address((n >> 80) & MASK32))
-    if addr in TEREDO:
-        return str(ipaddress.IPv4Address(~n & MASK32))
+    prefix = classify(addr) if n > 1 else None
+    if prefix is not None and prefix.rule in ("low32", "6to4", "teredo"):
+        return str(embedded_ipv4(addr, prefix)[-1])
     return f"[{ipaddress.IPv6Address(n).compressed}]"  # drops any zone id
 
 

@@ -1,7 +1,8 @@
 """SSRF guard for callback URLs: URL syntax, an address policy, and checking resolvers.
 
 Addresses are matched against an explicit list (``ipaddress``'s ``is_private`` flags
-miss several ranges), after unwrapping any IPv4 address embedded in an IPv6 one.
+miss several ranges), after unwrapping any IPv4 address embedded in an IPv6 one by
+the rules of ``outbox.prefixes``.
 """
 
 from __future__ import annotations
@@ -25,15 +26,8 @@ from outbox.errors import (
     InvalidCallbackUrl,
     PlainHttpRefused,
 )
-from outbox.hostkey import (
-    DEFAULT_PORTS,
-    IPV4_COMPATIBLE,
-    IPV4_MAPPED,
-    MASK32,
-    NAT64,
-    SIX_TO_FOUR,
-    TEREDO,
-)
+from outbox.hostkey import DEFAULT_PORTS
+from outbox.prefixes import classify, embedded_ipv4
 
 if TYPE_CHECKING:
     from aiohttp.tracing import Trace
@@ -51,24 +45,8 @@ BLOCKED_NETWORKS: tuple[IPNetwork, ...] = tuple(
     )
 )  # fmt: skip
 
-
 MAX_URL_LENGTH = 2048
 _LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)")
-
-
-def _embedded_ipv4(addr: IPAddress) -> list[ipaddress.IPv4Address]:
-    """The IPv4 addresses a packet to ``addr`` may end up at."""
-    if isinstance(addr, ipaddress.IPv4Address):
-        return []
-    n = int(addr)
-    if addr in IPV4_MAPPED or addr in NAT64 or (addr in IPV4_COMPATIBLE and n > 1):
-        return [ipaddress.IPv4Address(n & MASK32)]
-    if addr in SIX_TO_FOUR:
-        return [ipaddress.IPv4Address((n >> 80) & MASK32)]
-    if addr in TEREDO:
-        # Server address, then the client address (stored inverted).
-        return [ipaddress.IPv4Address((n >> 64) & MASK32), ipaddress.IPv4Address(~n & MASK32)]
-    return []
 
 
 def _single(addr: IPAddress) -> str:
@@ -130,7 +108,17 @@ class AddressPolicy:
         net = _blocked_network(addr)
         if net is not None:
             return BlockedDestination(f"address {addr} is in blocked range {net}", _single(addr))
-        for inner in _embedded_ipv4(addr):
+        if not isinstance(addr, ipaddress.IPv6Address):
+            return None
+        prefix = classify(addr)
+        if prefix is None:
+            return None
+        if prefix.rule == "refuse":
+            return BlockedDestination(
+                f"address {addr} is in {prefix.network} ({prefix.name}), never a callback",
+                _single(addr),
+            )
+        for inner in embedded_ipv4(addr, prefix):
             net = _blocked_network(inner)
             if net is not None and not self._is_allowed(inner):
                 return BlockedDestination(
