@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -20,6 +22,7 @@ __all__ = [
     "get_dead_letter",
     "list_dead_letters",
     "replay_batch",
+    "replay_matching",
     "replay_one",
     "to_resource",
 ]
@@ -76,6 +79,31 @@ async def replay_batch(
     async with conn.transaction():
         picked = await store.pick_dead_letters(conn, flt=flt, limit=limit)
         return await put_back(conn, picked, by=by) if picked else []
+
+
+async def replay_matching(
+    conn: asyncpg.Connection,
+    flt: DeadLetterFilter,
+    *,
+    by: str,
+    batch: int = REPLAY_BATCH,
+    progress: Callable[[int], None] | None = None,
+) -> int:
+    """Replay every matching letter that had failed when the call began, each once.
+
+    The set is fixed at the start (``failed_at`` before the database's clock then):
+    a replayed letter that dies again while this runs gets a later ``failed_at`` and
+    waits for the next call. Returns how many letters this call put back.
+    """
+    started = await store.clock(conn)
+    until = min(flt.until, started) if flt.until is not None else started
+    snapshot = replace(flt, until=until)
+    total = 0
+    while done := await replay_batch(conn, snapshot, by=by, limit=batch):
+        total += len(done)
+        if progress is not None:
+            progress(total)
+    return total
 
 
 async def replay_one(conn: asyncpg.Connection, event_id: str, *, by: str) -> None:

@@ -682,6 +682,12 @@ SELECT event_id, tenant_id, task_id, event_type, callback_url, host, body
  LIMIT $8
    FOR UPDATE SKIP LOCKED;
 
+-- name: dead_letter_clock
+-- The database's clock now (not the transaction's start): a bulk replay takes
+-- it once and replays only letters that failed before it, so letters that die
+-- again while it runs (failed_at = now() of a later transaction) are left alone.
+SELECT clock_timestamp();
+
 -- name: purge_attempts
 -- Small batches ($2 rows) so no delete holds locks or bloats WAL for long.
 -- Only the log of events that are finished: nothing still in the outbox, and

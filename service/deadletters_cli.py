@@ -14,7 +14,7 @@ from outbox.deadletters import (
     DeadLetterFilter,
     get_dead_letter,
     list_dead_letters,
-    replay_batch,
+    replay_matching,
     replay_one,
     to_resource,
 )
@@ -134,10 +134,9 @@ async def run(conn: asyncpg.Connection, args: argparse.Namespace) -> int:
     if args.dry_run:
         print(f"would replay {total} dead letter(s)")
         return 0
-    done = 0
-    while batch := await replay_batch(conn, flt, by="cli", limit=PAGE):
-        done += len(batch)
-        _progress(done, max(total, done))
+    done = await replay_matching(
+        conn, flt, by="cli", batch=PAGE, progress=lambda n: _progress(n, max(total, n))
+    )
     if done:
         sys.stderr.write("\n")
     print(f"replayed {done} dead letter(s)")

@@ -143,3 +143,31 @@ async def test_dead_letter_routes_need_admin(client, tenant) -> None:
             await client.request(method, path, headers=bearer(tenant["apiKey"]))
         ).status_code == 403
         assert (await client.request(method, path)).status_code == 401
+
+
+async def test_bulk_replay_is_a_snapshot(client, dead, pool, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Letters that die again while a bulk replay runs are not replayed twice by it."""
+    import outbox.deadletters as module
+
+    original, calls = module.put_back, []
+
+    async def put_back_then_die_again(conn, queued, **kw):  # type: ignore[no-untyped-def]
+        done = await original(conn, queued, **kw)
+        calls.append(len(done))
+        if len(calls) == 1:  # the receiver answers 410 at once: each dies again
+            await conn.execute("DELETE FROM outbox WHERE event_id = ANY($1::text[])", done)
+            await conn.execute(
+                "UPDATE dead_letters SET replayed_at = NULL, replayed_by = NULL,"
+                " failed_at = clock_timestamp() WHERE event_id = ANY($1::text[])",
+                done,
+            )
+        return done
+
+    monkeypatch.setattr(module, "put_back", put_back_then_die_again)
+    r = await client.post("/v1/admin/dead-letters/replay", headers=ADMIN)
+    assert r.status_code == 202 and r.json() == {"replayed": 5}
+    assert sum(calls) == 5
+    # The next call sees the letters that died again.
+    monkeypatch.setattr(module, "put_back", original)
+    r = await client.post("/v1/admin/dead-letters/replay", headers=ADMIN)
+    assert r.json() == {"replayed": 5}

@@ -15,6 +15,7 @@ from .events import OutboxEvent
 _LIST_DEAD_LETTERS = sql("list_dead_letters")
 _GET_DEAD_LETTER = sql("get_dead_letter")
 _PICK_DEAD_LETTERS = sql("pick_dead_letters")
+_DEAD_LETTER_CLOCK = sql("dead_letter_clock")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,3 +90,9 @@ async def pick_dead_letters(
     caller's transaction ends; letters another transaction holds are skipped."""
     rows = await conn.fetch(_PICK_DEAD_LETTERS, *flt.args(), limit)
     return [OutboxEvent(*r) for r in rows]
+
+
+async def clock(conn: asyncpg.Connection) -> datetime:
+    """The database's current time, the cut-off of a bulk replay's snapshot."""
+    value: datetime = await conn.fetchval(_DEAD_LETTER_CLOCK)
+    return value

@@ -13,7 +13,7 @@ from outbox.deadletters import (
     DeadLetterFilter,
     get_dead_letter,
     list_dead_letters,
-    replay_batch,
+    replay_matching,
     replay_one,
     to_resource,
 )
@@ -89,10 +89,8 @@ async def replay_bulk(request: Request) -> Response:
         raise Unprocessable(f"body must be an object with only: {', '.join(sorted(FILTER_FIELDS))}")
     # Filters may come in the body or the query string, as for the listing.
     flt = _filter({**dict(request.query_params), **body})
-    total = 0
     async with request.app.state.pool.acquire() as conn:
-        while batch := await replay_batch(conn, flt, by="admin"):
-            total += len(batch)
+        total = await replay_matching(conn, flt, by="admin")
     return JSONResponse({"replayed": total}, status_code=202 if total else 200)
 
 
