@@ -88,6 +88,8 @@ def create_app(
         middleware=[Middleware(HeaderLimit)],
         lifespan=lifespan,
     )
+    # /v1/tasks/ is a 404, not a redirect built from the client's Host header.
+    app.router.redirect_slashes = False
     app.state.settings = settings
     app.state.admin_token = runtime.admin_token
     app.state.key_cache = KeyCache()

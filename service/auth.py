@@ -97,6 +97,18 @@ async def caller(request: Request) -> Caller:
     return Caller(tenant_id=tenant_id)
 
 
+def require_metrics_reader(request: Request) -> None:
+    """The admin token or ``HOOKRELAY_METRICS_TOKEN``: the series name tenants and hosts."""
+    token = _bearer(request).encode()
+    admin: str = request.app.state.admin_token
+    metrics: str | None = request.app.state.settings.metrics_token
+    # Both compared every time, in constant time, so timing tells nothing of either.
+    ok = hmac.compare_digest(token, admin.encode())
+    ok |= metrics is not None and hmac.compare_digest(token, metrics.encode())
+    if not ok:
+        raise Unauthorized("/metrics needs the admin token or HOOKRELAY_METRICS_TOKEN")
+
+
 async def require_admin(request: Request) -> None:
     who = await caller(request)
     if not who.is_admin:

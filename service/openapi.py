@@ -486,9 +486,14 @@ def spec() -> Schema:
             },
             "/metrics": {
                 "get": {
-                    "summary": "Prometheus metrics",
-                    "security": [],
-                    "responses": {"200": {"description": "text exposition"}},
+                    "summary": "Prometheus metrics (admin token or HOOKRELAY_METRICS_TOKEN)",
+                    "responses": {
+                        "200": {"description": "text exposition"},
+                        "401": {
+                            "description": "missing or wrong token",
+                            "content": {"application/json": {"schema": ERROR}},
+                        },
+                    },
                 }
             },
             "/openapi.json": {

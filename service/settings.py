@@ -22,7 +22,7 @@ from outbox.sweeper import Retention
 
 # The numeric settings: int or float, and comparable with 0.
 N = TypeVar("N", int, float)
-SECRET_FIELDS = frozenset({"admin_token", "master_key"})
+SECRET_FIELDS = frozenset({"admin_token", "master_key", "metrics_token"})
 
 
 class SettingsError(ConfigurationError):
@@ -73,6 +73,7 @@ class Settings:
     database_url: str | None = None
     data_dir: Path = Path(".hookrelay")
     admin_token: str | None = None
+    metrics_token: str | None = None
     master_key: str | None = None
     allow_private_cidrs: str = ""
     allow_http: bool = False
@@ -115,6 +116,7 @@ class Settings:
             "database_url": ("DATABASE_URL", str),
             "data_dir": ("HOOKRELAY_DATA_DIR", Path),
             "admin_token": ("HOOKRELAY_ADMIN_TOKEN", str),
+            "metrics_token": ("HOOKRELAY_METRICS_TOKEN", str),
             "master_key": ("HOOKRELAY_MASTER_KEY", str),
             "allow_private_cidrs": ("HOOKRELAY_ALLOW_PRIVATE_CIDRS", str),
             "allow_http": ("HOOKRELAY_ALLOW_HTTP", _bool),

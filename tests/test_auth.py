@@ -64,6 +64,8 @@ ROUTES: list[tuple[str, str, dict[str, int]]] = [
                                                   {"owner": 403, "other": 403, "admin": 404}),
     ("POST", "/v1/admin/dead-letters/replay",     {"owner": 403, "other": 403, "admin": 200}),
     ("GET", "/v1/admin/destinations",             {"owner": 403, "other": 403, "admin": 200}),
+    # Series name tenants and failing hosts: the admin or the metrics token only.
+    ("GET", "/metrics",                           {"owner": 401, "other": 401, "admin": 200}),
 ]  # fmt: skip
 BODIES = {
     "/v1/tasks": {"type": "t", "callbackUrl": "http://127.0.0.1:9/in"},
@@ -71,7 +73,7 @@ BODIES = {
     "/v1/admin/tenants": {"name": "n"},
     "/v1/admin/dead-letters/replay": {},
 }
-ANYONE = ["/healthz", "/readyz", "/metrics", "/openapi.json"]
+ANYONE = ["/healthz", "/readyz", "/openapi.json"]
 
 
 def _credentials(tenant: dict[str, Any], other: dict[str, Any]) -> dict[str, dict[str, str]]:
@@ -131,3 +133,36 @@ def test_credentials_are_compared_in_constant_time() -> None:
     # Both comparisons of a presented secret go through hmac.compare_digest.
     assert "hmac.compare_digest" in inspect.getsource(auth.caller)
     assert "hmac.compare_digest" in inspect.getsource(tenants.authenticate)
+
+
+async def test_metrics_token_reads_metrics_only(
+    runtime: Any, pool: Any, tenant: dict[str, Any]
+) -> None:
+    from dataclasses import replace
+
+    from service.app import create_app
+
+    token = "metrics-" + "m" * 20
+    rt = replace(runtime, settings=replace(runtime.settings, metrics_token=token))
+    app = create_app(rt, pool=pool)
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://hookrelay.test") as c,
+    ):
+        r = await c.get("/metrics", headers=bearer(token))
+        assert r.status_code == 200 and "hookrelay_outbox_depth" in r.text
+        assert (await c.get("/metrics", headers=bearer(token + "x"))).status_code == 401
+        assert (await c.get("/metrics")).status_code == 401
+        # The metrics token is nothing more.
+        assert (await c.get("/v1/admin/destinations", headers=bearer(token))).status_code == 401
+        assert (await c.get("/v1/tasks", headers=bearer(token))).status_code == 401
+
+
+@pytest.mark.parametrize("path", ["/v1/tasks/", "/metrics/", "/v1/admin/tenants/"])
+async def test_trailing_slash_is_404_not_a_redirect(
+    client: httpx.AsyncClient, tenant: dict[str, Any], path: str
+) -> None:
+    r = await client.post(path, headers={**bearer(tenant["apiKey"]), "Host": "evil.example"})
+    assert r.status_code == 404 and "location" not in r.headers
+    assert r.json()["error"]["code"] == "not_found"

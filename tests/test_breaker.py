@@ -60,7 +60,7 @@ async def test_open_circuit_holds_then_probe_recloses(client, pool, runtime, rec
             [dest] = [x for x in r.json()["data"] if x["host"] == host]
             assert dest["state"] in ("open", "half-open") and dest["heldDeliveries"] == 20
             assert dest["consecutiveFailures"] >= 3 and "500" in dest["lastError"]
-            metrics = (await client.get("/metrics")).text
+            metrics = (await client.get("/metrics", headers=ADMIN)).text
             assert f'hookrelay_destination_open{{host="{host}"}} 1.0' in metrics
             healthy["ok"] = True
             await wait_drained(pool, timeout=20)

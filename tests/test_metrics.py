@@ -7,6 +7,7 @@ from aiohttp import web
 
 from outbox.dispatcher import running
 
+from .conftest import ADMIN
 from .receiver import Receiver
 from .support import backlog, dispatcher, eventually, wait_drained
 
@@ -26,21 +27,21 @@ async def test_metrics_after_deliveries_and_dead_letters(client, pool, runtime) 
 
     rx = await Receiver(behaviour=gone).start()
     try:
-        before = (await client.get("/metrics")).text
+        before = (await client.get("/metrics", headers=ADMIN)).text
         delivered_before = (
             value(before, 'hookrelay_deliveries_total{outcome="delivered"}')
             if 'outcome="delivered"' in before
             else 0
         )
         tenant, _ = await backlog(pool, runtime, rx.url, 3)
-        queued = (await client.get("/metrics")).text
+        queued = (await client.get("/metrics", headers=ADMIN)).text
         assert value(queued, "hookrelay_outbox_depth") == 3
         assert value(queued, 'hookrelay_tasks{status="succeeded"}') == 3
         async with running(dispatcher(runtime, pool)):
             await wait_drained(pool)
     finally:
         await rx.stop()
-    r = await client.get("/metrics")
+    r = await client.get("/metrics", headers=ADMIN)
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     text = r.text
     assert value(text, "hookrelay_outbox_depth") == 0
@@ -60,9 +61,9 @@ async def test_oldest_transaction_gauge_sees_an_idle_transaction(client, dsn) ->
         await idle.fetchval("SELECT txid_current()")
 
         async def a_second_old() -> bool:
-            return value((await client.get("/metrics")).text, series) >= 1.0
+            return value((await client.get("/metrics", headers=ADMIN)).text, series) >= 1.0
 
         await eventually(a_second_old)
     finally:
         await idle.close()
-    assert value((await client.get("/metrics")).text, series) < 1.0
+    assert value((await client.get("/metrics", headers=ADMIN)).text, series) < 1.0

@@ -11,11 +11,14 @@ from starlette.routing import Route
 from outbox.store import destinations
 from outbox.store import metrics as gauges
 
+from ..auth import require_metrics_reader
+
 # A running task this long without a sign of life is probably stuck.
 STUCK_AFTER_S = 600.0
 
 
 async def metrics(request: Request) -> Response:
+    require_metrics_reader(request)
     # Database gauges live in a registry built per scrape, so series of a
     # tenant or status that no longer exist disappear instead of going stale.
     scrape = CollectorRegistry()
