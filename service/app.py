@@ -17,6 +17,7 @@ from . import console, openapi
 from .auth import KeyCache, revocations
 from .console.security import SignInThrottle
 from .errors import HANDLERS
+from .guard import GuardMiddleware
 from .limits import HeaderLimit
 from .routes import (
     admin,
@@ -85,7 +86,7 @@ def create_app(
             console.mount(runtime.admin_token),
         ],
         exception_handlers=HANDLERS,
-        middleware=[Middleware(HeaderLimit)],
+        middleware=[Middleware(HeaderLimit), Middleware(GuardMiddleware)],
         lifespan=lifespan,
     )
     # /v1/tasks/ is a 404, not a redirect built from the client's Host header.

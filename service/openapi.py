@@ -230,13 +230,24 @@ def _op(
     params: list[Schema] | None = None,
     errors: tuple[int, ...] = (401, 404),
     secured: bool = True,
+    body_required: bool = True,
+    op_id: str | None = None,
+    links: dict[str, Schema] | None = None,
 ) -> Schema:
     responses = {str(ok[0]): _json(ok[1])}
-    for code in errors:
+    if links:
+        responses[str(ok[0])]["links"] = links
+    # 400 on every route: the parsing layer (service/guard.py) answers before routing.
+    for code in sorted({400, *errors}):
         responses[str(code)] = _json({"$ref": "#/components/schemas/Error"}, "Error")
     op: Schema = {"summary": summary, "responses": responses}
+    if op_id is not None:
+        op["operationId"] = op_id
     if body is not None:
-        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
+        op["requestBody"] = {
+            "required": body_required,
+            "content": {"application/json": {"schema": body}},
+        }
     if params:
         op["parameters"] = params
     if not secured:
@@ -252,13 +263,33 @@ def _p(name: str) -> Schema:
     return {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
 
 
+def _link(op_id: str, param: str) -> Schema:
+    return {"operationId": op_id, "parameters": {param: "$response.body#/id"}}
+
+
+TASK_LINKS = {
+    name: _link(op_id, "task_id")
+    for name, op_id in (
+        ("GetTask", "getTask"),
+        ("GetDeliveries", "getDeliveries"),
+        ("Redeliver", "redeliverTask"),
+        ("Start", "startTask"),
+        ("Complete", "completeTask"),
+        ("Cancel", "cancelTask"),
+    )
+}
+DATE: Schema = {"type": "string", "format": "date-time"}
+# Routes that take no input still read (and check) a body if one is sent.
+NO_BODY: Schema = {"type": "object", "description": "ignored"}
+
+
 def spec() -> Schema:
     task = {"$ref": "#/components/schemas/Task"}
     tid, eid = [_p("task_id")], [_p("event_id")]
     filters = [
         _q("tenant", {"type": "string"}),
-        _q("since", {"type": "string"}),
-        _q("until", {"type": "string"}),
+        _q("since", DATE),
+        _q("until", DATE),
         _q("eventType", {"type": "string"}),
     ]
     paging = [
@@ -283,6 +314,8 @@ def spec() -> Schema:
                 "post": _op(
                     "Submit a task",
                     (202, task),
+                    op_id="submitTask",
+                    links=TASK_LINKS,
                     body=SUBMIT,
                     params=[
                         {
@@ -297,9 +330,10 @@ def spec() -> Schema:
                 "get": _op(
                     "Reconcile: tasks changed since a time",
                     (200, _page(task)),
+                    op_id="listTasks",
                     params=[
                         _q("status", {"type": "string"}),
-                        _q("updatedAfter", {"type": "string"}),
+                        _q("updatedAfter", DATE),
                         *paging,
                     ],
                     errors=(400, 401, 403, 422),
@@ -309,6 +343,7 @@ def spec() -> Schema:
                 "get": _op(
                     "A task; long-polls with ?wait=N",
                     (200, task),
+                    op_id="getTask",
                     params=[*tid, _q("wait", {"type": "number", "minimum": 0, "maximum": 30})],
                     errors=(400, 401, 404),
                 )
@@ -324,29 +359,49 @@ def spec() -> Schema:
                         },
                     ),
                     params=tid,
+                    op_id="getDeliveries",
                 )
             },
             "/v1/tasks/{task_id}/redeliver": {
                 "post": _op(
-                    "Send the terminal event again", (202, task), params=tid, errors=(401, 404, 409)
+                    "Send the terminal event again",
+                    (202, task),
+                    params=tid,
+                    body=NO_BODY,
+                    body_required=False,
+                    errors=(401, 404, 409),
+                    op_id="redeliverTask",
                 )
             },
             "/v1/tasks/{task_id}/start": {
                 "post": _op(
-                    "queued → running (admin)", (200, task), params=tid, errors=(401, 403, 404, 409)
+                    "queued → running (admin)",
+                    (200, task),
+                    params=tid,
+                    errors=(401, 403, 404, 409),
+                    op_id="startTask",
                 )
             },
             "/v1/tasks/{task_id}/complete": {
                 "post": _op(
                     "→ terminal (admin)",
                     (200, task),
+                    op_id="completeTask",
                     params=tid,
                     body=COMPLETE,
                     errors=(400, 401, 403, 404, 409, 422),
                 )
             },
             "/v1/tasks/{task_id}/cancel": {
-                "post": _op("→ cancelled", (200, task), params=tid, errors=(401, 404, 409))
+                "post": _op(
+                    "→ cancelled",
+                    (200, task),
+                    params=tid,
+                    body=NO_BODY,
+                    body_required=False,
+                    errors=(401, 404, 409),
+                    op_id="cancelTask",
+                )
             },
             "/v1/tasks/{task_id}/progress": {
                 "post": _op(
@@ -366,7 +421,16 @@ def spec() -> Schema:
                 ),
                 "post": _op(
                     "Create a tenant (admin)",
-                    (201, {"type": "object"}),
+                    (
+                        201,
+                        {
+                            "type": "object",
+                            "required": ["id"],
+                            "properties": {"id": {"type": "string"}},
+                        },
+                    ),
+                    op_id="createTenant",
+                    links={"RotateSecret": _link("rotateSecret", "tenant_id")},
                     body={
                         "type": "object",
                         "required": ["name"],
@@ -383,6 +447,9 @@ def spec() -> Schema:
                 "post": _op(
                     "Rotate the signing secret (admin)",
                     (200, {"type": "object"}),
+                    op_id="rotateSecret",
+                    body=NO_BODY,
+                    body_required=False,
                     params=[_p("tenant_id")],
                     errors=(401, 403, 404),
                 )
@@ -440,6 +507,7 @@ def spec() -> Schema:
                 "get": _op(
                     "Dead letters (admin)",
                     (200, _page(DEAD_LETTER)),
+                    op_id="listDeadLetters",
                     params=[*filters, *paging],
                     errors=(400, 401, 403),
                 )
@@ -448,6 +516,19 @@ def spec() -> Schema:
                 "post": _op(
                     "Replay by filter (admin)",
                     (202, {"type": "object", "properties": {"replayed": {"type": "integer"}}}),
+                    op_id="replayDeadLetters",
+                    body={
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {
+                            "tenant": {"type": "string"},
+                            "since": DATE,
+                            "until": DATE,
+                            "eventType": {"type": "string"},
+                        },
+                    },
+                    body_required=False,
+                    params=filters,
                     errors=(400, 401, 403, 422),
                 )
             },
@@ -455,6 +536,7 @@ def spec() -> Schema:
                 "get": _op(
                     "One dead letter with history (admin)",
                     (200, DEAD_LETTER),
+                    op_id="getDeadLetter",
                     params=eid,
                     errors=(401, 403, 404),
                 )
@@ -463,6 +545,9 @@ def spec() -> Schema:
                 "post": _op(
                     "Replay one (admin)",
                     (202, {"type": "object"}),
+                    op_id="replayDeadLetter",
+                    body=NO_BODY,
+                    body_required=False,
                     params=eid,
                     errors=(401, 403, 404, 409),
                 )
@@ -477,6 +562,7 @@ def spec() -> Schema:
                             "properties": {"data": {"type": "array", "items": DESTINATION}},
                         },
                     ),
+                    op_id="listDestinations",
                     errors=(401, 403),
                 )
             },

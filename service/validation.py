@@ -16,11 +16,13 @@ from outbox.ssrf import AddressPolicy
 from outbox.tasks import Cursor, NewTask
 from outbox.transitions import TERMINAL_STATUSES, TerminalStatus
 
+from . import guard
 from .callback_url import check_callback_url
 from .errors import BadRequest, Unprocessable
 
-TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,99}$")
-IDEMPOTENCY_KEY_RE = re.compile(r"^[\x21-\x7e]{1,255}$")
+# Matched with fullmatch: "$" would let a trailing newline through.
+TYPE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,99}")
+IDEMPOTENCY_KEY_RE = re.compile(r"[\x21-\x7e]{1,255}")
 MAX_METADATA_BYTES = 16_384
 MAX_TIMEOUT_S = 30 * 86400
 SUBMIT_FIELDS = {
@@ -55,7 +57,7 @@ def _object(body: Any, allowed: set[str]) -> dict[str, Any]:
 async def new_task(body: Any, policy: AddressPolicy, resolver: Resolver) -> NewTask:
     data = _object(body, SUBMIT_FIELDS)
     task_type = data.get("type")
-    if not isinstance(task_type, str) or not TYPE_RE.match(task_type):
+    if not isinstance(task_type, str) or not TYPE_RE.fullmatch(task_type):
         raise Unprocessable("type is required: 1-100 chars of letters, digits and ._:/-")
     callback_url = await check_callback_url(data.get("callbackUrl"), policy, resolver)
     metadata = data.get("metadata")
@@ -106,21 +108,13 @@ def completion(body: Any) -> tuple[TerminalStatus, Any, Any]:
 def idempotency_key(raw: str | None) -> str | None:
     if raw is None:
         return None
-    if not IDEMPOTENCY_KEY_RE.match(raw):
+    if not IDEMPOTENCY_KEY_RE.fullmatch(raw):
         raise BadRequest("Idempotency-Key must be 1-255 printable ASCII characters")
     return raw
 
 
 def timestamp(name: str, raw: str | None) -> datetime | None:
-    if raw is None:
-        return None
-    try:
-        value = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise BadRequest(f"{name} must be an ISO-8601 timestamp") from exc
-    if value.tzinfo is None:
-        raise BadRequest(f"{name} must include a time zone (e.g. Z)")
-    return value
+    return None if raw is None else guard.timestamp(name, raw)
 
 
 MAX_WAIT_S = 30.0
@@ -130,21 +124,14 @@ def wait_seconds(raw: str | None) -> float:
     """``?wait=N`` for long polling: 0 < N <= 30 seconds."""
     if raw is None:
         return 0.0
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= MAX_WAIT_S:
-        raise BadRequest(f"wait must be a number of seconds in [0, {MAX_WAIT_S:g}]")
-    return value
+    return guard.ascii_number("wait", raw, 0.0, MAX_WAIT_S)
 
 
 def limit(raw: str | None, *, default: int = 100, maximum: int = 1000) -> int:
-    if raw is None:
-        return default
-    if not raw.isdigit() or not 1 <= int(raw) <= maximum:
-        raise BadRequest(f"limit must be an integer in [1, {maximum}]")
-    return int(raw)
+    return default if raw is None else guard.ascii_int("limit", raw, 1, maximum)
+
+
+MAX_CURSOR_CHARS = 512
 
 
 def encode_cursor(cursor: Cursor | None) -> str | None:
@@ -157,11 +144,18 @@ def encode_cursor(cursor: Cursor | None) -> str | None:
 def decode_cursor(raw: str | None) -> Cursor | None:
     if raw is None:
         return None
+    invalid = BadRequest("cursor is invalid; pass back nextCursor unchanged")
+    # Ours are ~80 characters; a long one is not ours, and nested brackets in it
+    # would exhaust the recursion limit of json.loads.
+    if len(raw) > MAX_CURSOR_CHARS:
+        raise invalid
     try:
         ts, ident = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
-        return Cursor(datetime.fromisoformat(ts), str(ident))
-    except (ValueError, TypeError, binascii.Error) as exc:
-        raise BadRequest("cursor is invalid; pass back nextCursor unchanged") from exc
+        if not isinstance(ts, str) or not isinstance(ident, str) or guard.text_problem(ident):
+            raise invalid
+        return Cursor(guard.timestamp("cursor", ts), ident)
+    except (ValueError, TypeError, binascii.Error, RecursionError, BadRequest) as exc:
+        raise invalid from exc
 
 
 def progress(body: Any) -> tuple[float, str | None]:
