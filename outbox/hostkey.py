@@ -29,7 +29,6 @@ __all__ = ["DEFAULT_PORTS", "canonical_ip", "host_key"]
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-
 def canonical_ip(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
     """The address a packet to ``addr`` ends up at, as canonical text.
 
