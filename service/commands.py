@@ -67,11 +67,19 @@ async def serve(settings: Settings, *, with_dispatcher: bool) -> None:
                 else []
             )
             app = create_app(runtime, background=background)
+            # Descriptors kept for the dispatcher's deliveries and the database pools.
+            reserve = (settings.concurrency if with_dispatcher else 0) + 2 * settings.db_pool_size
+            limits = serving.ConnectionLimits(
+                header_timeout_s=settings.header_timeout_s,
+                body_timeout_s=settings.body_timeout_s,
+                max_connections=serving.descriptor_cap(settings.max_connections, reserve + 64),
+            )
             config = serving.uvicorn_config(
                 app,
                 host=settings.host,
                 port=settings.port,
                 graceful_s=int(settings.http_timeout_s) + 5,
+                limits=limits,
             )
             ready = runtime
             server = lifecycle.Server(

@@ -335,6 +335,7 @@ def spec() -> Schema:
                         _q("status", {"type": "string"}),
                         _q("updatedAfter", DATE),
                         *paging,
+                        _q("fields", {"type": "string"}),
                     ],
                     errors=(400, 401, 403, 422),
                 ),

@@ -7,20 +7,76 @@ exactly the way the API is.
 from __future__ import annotations
 
 import asyncio
+import logging
+import resource
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import uvicorn
 
+from .limits import MAX_HEADER_BYTES
+from .protocol import protocol_class
+
 T = TypeVar("T")
+log = logging.getLogger("hookrelay")
 
 
-def uvicorn_config(app: Any, *, host: str, port: int, graceful_s: int = 5) -> uvicorn.Config:
-    """One worker, no access log (our JSON logs say more), no proxy-header rewriting."""
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    """Read deadlines and caps of the HTTP server (``service/protocol.py``)."""
+
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    max_connections: int = 1000
+    max_header_bytes: int = MAX_HEADER_BYTES
+
+
+# Descriptors kept back from the connection cap: the dispatcher's outgoing
+# connections and the database pool come out of the same limit.
+def descriptor_cap(wanted: int, reserve: int) -> int:
+    """``wanted``, lowered to fit under RLIMIT_NOFILE (raised to its hard limit first)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or hard > soft):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):  # pragma: no cover - refused by the platform
+            pass
+    if soft == resource.RLIM_INFINITY or soft - reserve >= wanted:
+        return wanted
+    cap = max(16, soft - reserve)
+    log.warning(
+        "open-file limit %d leaves room for %d connections, not HOOKRELAY_MAX_CONNECTIONS=%d;"
+        " raise LimitNOFILE",
+        soft,
+        cap,
+        wanted,
+    )
+    return cap
+
+
+def uvicorn_config(
+    app: Any,
+    *,
+    host: str,
+    port: int,
+    graceful_s: int = 5,
+    limits: ConnectionLimits | None = None,
+) -> uvicorn.Config:
+    """One worker, no access log (our JSON logs say more), no proxy-header rewriting,
+    and the read deadlines and caps of ``limits``."""
+    limits = limits or ConnectionLimits()
     return uvicorn.Config(
         app,
         host=host,
         port=port,
+        http=protocol_class(
+            header_timeout_s=limits.header_timeout_s,
+            body_timeout_s=limits.body_timeout_s,
+            max_header_bytes=limits.max_header_bytes,
+            max_connections=limits.max_connections,
+        ),
         log_config=None,
         access_log=False,
         lifespan="on",

@@ -103,6 +103,10 @@ class Settings:
     task_retention_s: float = Retention.tasks_s
     host: str = "127.0.0.1"
     port: int = 8000
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    max_connections: int = 1000
+    max_page_bytes: int = 4 * 1_048_576
     log_level: str = "INFO"
 
     @classmethod
@@ -146,6 +150,10 @@ class Settings:
             "task_retention_s": ("HOOKRELAY_TASK_RETENTION_S", _positive(float)),
             "host": ("HOOKRELAY_HOST", str),
             "port": ("HOOKRELAY_PORT", _positive(int)),
+            "header_timeout_s": ("HOOKRELAY_HEADER_TIMEOUT_S", _positive(float)),
+            "body_timeout_s": ("HOOKRELAY_BODY_TIMEOUT_S", _positive(float)),
+            "max_connections": ("HOOKRELAY_MAX_CONNECTIONS", _positive(int)),
+            "max_page_bytes": ("HOOKRELAY_MAX_PAGE_BYTES", _positive(int)),
             "log_level": ("HOOKRELAY_LOG_LEVEL", str.upper),
         }
         values: dict[str, Any] = {}

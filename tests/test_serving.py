@@ -49,3 +49,108 @@ def test_run_uses_uvloop() -> None:
         return type(asyncio.get_running_loop()).__module__
 
     assert run(loop_name()).startswith("uvloop")
+
+
+@pytest.fixture
+async def strict_api(runtime, dsn):  # type: ignore[no-untyped-def]
+    """``hookrelay api`` with short read deadlines and a cap of 20 connections; yields its port."""
+    from .processes import dispatcher_env, free_port, start, wait_for_port
+
+    port = free_port()
+    env = dispatcher_env(
+        runtime,
+        dsn,
+        port=str(port),
+        host="127.0.0.1",
+        header_timeout_s="1",
+        body_timeout_s="1",
+        max_connections="20",
+    )
+    proc = await start("api", env)
+    try:
+        await wait_for_port(port, proc)
+        yield port
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+async def _exchange(port: int, data: bytes, *, wait_s: float = 10.0) -> bytes:
+    """Send ``data``, then read until the server closes (bounded by ``wait_s``)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(data)
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(), wait_s)
+    finally:
+        writer.close()
+
+
+def _status(raw: bytes) -> int:
+    return int(raw.split(b" ", 2)[1]) if raw.startswith(b"HTTP/1.1 ") else 0
+
+
+async def test_idle_connection_is_closed(strict_api: int) -> None:
+    assert await _exchange(strict_api, b"") == b""  # closed, not held open
+
+
+async def test_trickled_headers_get_408(strict_api: int) -> None:
+    raw = await _exchange(strict_api, b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: 1")
+    assert _status(raw) == 408 and b'"request_timeout"' in raw
+
+
+async def test_trickled_request_line_gets_408(strict_api: int) -> None:
+    raw = await _exchange(strict_api, b"GET /hea")
+    assert _status(raw) == 408
+
+
+async def test_unfinished_body_gets_408(strict_api: int) -> None:
+    head = (
+        b"POST /v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Authorization: Bearer nobody\r\nContent-Length: 100\r\n\r\n"
+    )
+    raw = await _exchange(strict_api, head + b'{"type":')
+    assert _status(raw) in {401, 408}, raw  # 401 if auth answered first; never held open
+    assert raw.count(b"HTTP/1.1 ") == 1
+
+
+async def test_huge_header_is_refused_while_reading(strict_api: int) -> None:
+    """A 128 MB header: 431 after the first 16 kB, without the rest being read."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", strict_api)
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ")
+    sent, chunk = 0, b"a" * 65536
+    try:
+        while sent < 128 * 2**20:
+            writer.write(chunk)
+            await writer.drain()
+            sent += len(chunk)
+            if reader.at_eof() or len(reader._buffer):  # type: ignore[attr-defined]
+                break
+    except ConnectionError:
+        pass
+    raw = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    assert _status(raw) == 431 and b'"headers_too_large"' in raw, raw[:200]
+    assert sent < 64 * 2**20, sent  # refused long before the end
+
+
+async def test_connection_cap_answers_503_and_frees_the_descriptor(strict_api: int) -> None:
+    held = [await asyncio.open_connection("127.0.0.1", strict_api) for _ in range(20)]
+    try:
+        for _, w in held:
+            w.write(b"GET /healthz HTTP/1.1\r\n")  # started, not finished: held by the server
+        await asyncio.sleep(0.2)
+        raw = await _exchange(strict_api, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", wait_s=5)
+        assert _status(raw) == 503 and b'"too_many_connections"' in raw
+    finally:
+        for _, w in held:
+            w.close()
+    # Once the held connections are gone, the server answers again.
+    for _ in range(50):
+        raw = await _exchange(
+            strict_api, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        if _status(raw) == 200:
+            break
+        await asyncio.sleep(0.1)
+    assert _status(raw) == 200

@@ -14,9 +14,9 @@ from starlette.routing import Route
 from outbox import progress as outbox_progress
 from outbox import redelivery, transitions
 from outbox.models import ALL_STATUSES, Task
-from outbox.tasks import Idempotency, create_task, get_task, list_tasks
+from outbox.tasks import Idempotency, create_task, get_task
 
-from .. import validation
+from .. import listing, validation
 from ..auth import Caller, caller, require_admin, require_tenant
 from ..bodies import read_json
 from ..errors import NotFound, Unprocessable
@@ -93,21 +93,19 @@ async def index(request: Request) -> Response:
     status = q.get("status")
     if status is not None and status not in ALL_STATUSES:
         raise Unprocessable(f"status must be one of: {', '.join(sorted(ALL_STATUSES))}")
-    async with request.app.state.pool.acquire() as conn:
-        tasks, nxt = await list_tasks(
-            conn,
-            tenant_id,
-            status=status,
-            updated_after=validation.timestamp("updatedAfter", q.get("updatedAfter")),
-            after=validation.decode_cursor(q.get("cursor")),
-            limit=validation.limit(q.get("limit")),
-        )
-    return JSONResponse(
-        {
-            "data": [t.to_resource() for t in tasks],
-            "nextCursor": validation.encode_cursor(nxt),
-        }
+    query = listing.PageQuery(
+        tenant_id=tenant_id,
+        status=status,
+        updated_after=validation.timestamp("updatedAfter", q.get("updatedAfter")),
+        after=validation.decode_cursor(q.get("cursor")),
+        limit=validation.limit(q.get("limit")),
+        fields=listing.parse_fields(q.get("fields")),
+        max_bytes=request.app.state.settings.max_page_bytes,
     )
+    async with request.app.state.pool.acquire() as conn:
+        parts, nxt = await listing.task_page(conn, query)
+    body = listing.page_body(parts, validation.encode_cursor(nxt))
+    return Response(body, media_type="application/json")
 
 
 async def start(request: Request) -> Response:
