@@ -145,13 +145,13 @@ async def test_dead_letter_routes_need_admin(client, tenant) -> None:
         assert (await client.request(method, path)).status_code == 401
 
 
-async def test_bulk_replay_is_a_snapshot(client, dead, pool, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+async def test_bulk_replay_is_a_snapshot(client, dead, pool, monkeypatch) -> None:
     """Letters that die again while a bulk replay runs are not replayed twice by it."""
-    import outbox.deadletters as module
+    from outbox.requeue import put_back as original
 
-    original, calls = module.put_back, []
+    calls: list[int] = []
 
-    async def put_back_then_die_again(conn, queued, **kw):  # type: ignore[no-untyped-def]
+    async def put_back_then_die_again(conn, queued, **kw):
         done = await original(conn, queued, **kw)
         calls.append(len(done))
         if len(calls) == 1:  # the receiver answers 410 at once: each dies again
@@ -163,11 +163,11 @@ async def test_bulk_replay_is_a_snapshot(client, dead, pool, monkeypatch) -> Non
             )
         return done
 
-    monkeypatch.setattr(module, "put_back", put_back_then_die_again)
+    monkeypatch.setattr("outbox.deadletters.put_back", put_back_then_die_again)
     r = await client.post("/v1/admin/dead-letters/replay", headers=ADMIN)
     assert r.status_code == 202 and r.json() == {"replayed": 5}
     assert sum(calls) == 5
     # The next call sees the letters that died again.
-    monkeypatch.setattr(module, "put_back", original)
+    monkeypatch.setattr("outbox.deadletters.put_back", original)
     r = await client.post("/v1/admin/dead-letters/replay", headers=ADMIN)
     assert r.json() == {"replayed": 5}

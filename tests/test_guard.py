@@ -23,7 +23,7 @@ from service.openapi import spec
 from service.runtime import Runtime
 from service.settings import Settings
 
-from .conftest import ADMIN, bearer
+from .support import ADMIN, bearer
 
 pytestmark = pytest.mark.anyio
 
@@ -74,7 +74,7 @@ async def env(server_dsn: str, template_db: str, tmp_path_factory: Any) -> Any:
     before it could write, and a database per case made the module take minutes."""
     from dataclasses import replace
 
-    from .conftest import ADMIN_TOKEN, with_database
+    from .support import ADMIN_TOKEN, with_database
 
     name = f"hookrelay_guard_{uuid.uuid4().hex[:10]}"
     conn = await asyncpg.connect(server_dsn)
@@ -159,19 +159,19 @@ def _refused(r: httpx.Response, *statuses: int) -> None:
 
 
 @pytest.mark.parametrize(("method", "path", "name"), PATH_PARAMS, ids=_ids(PATH_PARAMS))
-async def test_nul_in_path_id(client, tenant, ids, method: str, path: str, name: str) -> None:  # type: ignore[no-untyped-def]
+async def test_nul_in_path_id(client, tenant, ids, method: str, path: str, name: str) -> None:
     url = _url(path, ids, **{name: "task_%00x"})
     _refused(await _send(client, tenant, method, url), 400)
 
 
 @pytest.mark.parametrize(("method", "path", "name"), QUERY_PARAMS, ids=_ids(QUERY_PARAMS))
-async def test_nul_in_query(client, tenant, ids, method: str, path: str, name: str) -> None:  # type: ignore[no-untyped-def]
+async def test_nul_in_query(client, tenant, ids, method: str, path: str, name: str) -> None:
     r = await _send(client, tenant, method, _url(path, ids), params={name: "a\x00b"})
     _refused(r, 400)
 
 
 @pytest.mark.parametrize(("method", "path"), [(m, p) for m, p, _ in OPS])
-async def test_nul_in_a_header(client, tenant, ids, method: str, path: str) -> None:  # type: ignore[no-untyped-def]
+async def test_nul_in_a_header(client, tenant, ids, method: str, path: str) -> None:
     for header in ("Idempotency-Key", "If-None-Match", "X-Anything"):
         headers = {header: "a\x00b"}
         r = await _send(client, tenant, method, _url(path, ids), headers=headers)
@@ -183,20 +183,20 @@ async def test_nul_in_a_header(client, tenant, ids, method: str, path: str) -> N
     "value",
     ["0001-01-01T00:00:00+01:00", "２０２６-01-01T00:00:00Z", "2026-13-01T00:00:00Z", "yesterday"],
 )
-async def test_bad_date_in_query(client, tenant, ids, method, path, name, value) -> None:  # type: ignore[no-untyped-def]
+async def test_bad_date_in_query(client, tenant, ids, method, path, name, value) -> None:
     r = await _send(client, tenant, method, _url(path, ids), params={name: value})
     _refused(r, 400)
 
 
 @pytest.mark.parametrize(("method", "path", "name"), DATE_BODY_FIELDS, ids=_ids(DATE_BODY_FIELDS))
-async def test_bad_date_in_body(client, tenant, ids, method, path, name) -> None:  # type: ignore[no-untyped-def]
+async def test_bad_date_in_body(client, tenant, ids, method, path, name) -> None:
     body = {name: "0001-01-01T00:00:00+01:00"}
     _refused(await _send(client, tenant, method, _url(path, ids), json=body), 400, 422)
 
 
 @pytest.mark.parametrize(("method", "path", "name"), NUMBER_PARAMS, ids=_ids(NUMBER_PARAMS))
 @pytest.mark.parametrize("value", ["\u00b2", "\u0661\u0662", "1e400", "nan", "-1", "0x10", " 1"])
-async def test_bad_number_in_query(client, tenant, ids, method, path, name, value) -> None:  # type: ignore[no-untyped-def]
+async def test_bad_number_in_query(client, tenant, ids, method, path, name, value) -> None:
     r = await _send(client, tenant, method, _url(path, ids), params={name: value})
     _refused(r, 400)
 
@@ -216,7 +216,7 @@ def _deep_cursor() -> str:
         base64.urlsafe_b64encode(json.dumps([1, 2]).encode()),
     ],
 )
-async def test_bad_cursor(client, tenant, ids, method, path, name, cursor) -> None:  # type: ignore[no-untyped-def]
+async def test_bad_cursor(client, tenant, ids, method, path, name, cursor) -> None:
     value = cursor if isinstance(cursor, str) else cursor.decode()
     r = await _send(client, tenant, method, _url(path, ids), params={name: value})
     _refused(r, 400)
@@ -235,7 +235,7 @@ BAD_BODIES = {
 
 @pytest.mark.parametrize(("method", "path"), BODY_OPS, ids=_ids(BODY_OPS))
 @pytest.mark.parametrize("kind", list(BAD_BODIES))
-async def test_unstorable_body(client, tenant, ids, method, path, kind) -> None:  # type: ignore[no-untyped-def]
+async def test_unstorable_body(client, tenant, ids, method, path, kind) -> None:
     r = await _send(
         client,
         tenant,
@@ -255,24 +255,24 @@ async def test_unstorable_body(client, tenant, ids, method, path, kind) -> None:
         {"type": "t", "callbackUrl": "http://127.0.0.1:9/", "metadata": {"a": "\x00"}},
     ],
 )
-async def test_submit_with_nul_and_an_idempotency_key(client, tenant, body) -> None:  # type: ignore[no-untyped-def]
+async def test_submit_with_nul_and_an_idempotency_key(client, tenant, body) -> None:
     headers = {**bearer(tenant["apiKey"]), "Idempotency-Key": "k1"}
     _refused(await client.post("/v1/tasks", json=body, headers=headers), 422)
 
 
-async def test_complete_with_nul_result(client, ids) -> None:  # type: ignore[no-untyped-def]
+async def test_complete_with_nul_result(client, ids) -> None:
     url = f"/v1/tasks/{ids['task_id']}/complete"
     for body in ({"status": "succeeded", "result": "\x00"}, {"status": "failed", "error": "\x00"}):
         _refused(await client.post(url, json=body, headers=ADMIN), 422)
 
 
 @pytest.mark.parametrize("task_type", ["t\n", "t\r\n", "\nt", "t\x00"])
-async def test_type_is_matched_in_full(client, tenant, task_type) -> None:  # type: ignore[no-untyped-def]
+async def test_type_is_matched_in_full(client, tenant, task_type) -> None:
     body = {"type": task_type, "callbackUrl": "http://127.0.0.1:9/"}
     _refused(await client.post("/v1/tasks", json=body, headers=bearer(tenant["apiKey"])), 422)
 
 
-async def test_good_values_still_pass(client, tenant, ids) -> None:  # type: ignore[no-untyped-def]
+async def test_good_values_still_pass(client, tenant, ids) -> None:
     key = bearer(tenant["apiKey"])
     r = await client.get(
         "/v1/tasks",

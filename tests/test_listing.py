@@ -8,7 +8,7 @@ import pytest
 
 from service.settings import Settings
 
-from .conftest import bearer
+from .support import bearer
 
 pytestmark = pytest.mark.anyio
 
@@ -21,7 +21,7 @@ def settings(settings: Settings) -> Settings:
     return replace(settings, max_page_bytes=PAGE_BYTES)
 
 
-async def _submit(client, key: str, n: int) -> list[str]:  # type: ignore[no-untyped-def]
+async def _submit(client, key: str, n: int) -> list[str]:
     ids = []
     for i in range(n):
         r = await client.post(
@@ -34,7 +34,7 @@ async def _submit(client, key: str, n: int) -> list[str]:  # type: ignore[no-unt
     return ids
 
 
-async def test_page_stops_at_the_byte_bound_and_resumes(client, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_page_stops_at_the_byte_bound_and_resumes(client, tenant) -> None:
     key = tenant["apiKey"]
     ids = await _submit(client, key, 10)
     seen: list[str] = []
@@ -53,7 +53,7 @@ async def test_page_stops_at_the_byte_bound_and_resumes(client, tenant) -> None:
     assert seen == ids  # every task once, in order, across pages of ~3 tasks
 
 
-async def test_one_task_larger_than_a_page_still_comes_back(client, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_one_task_larger_than_a_page_still_comes_back(client, tenant) -> None:
     key = tenant["apiKey"]
     r = await client.post(
         "/v1/tasks",
@@ -66,7 +66,7 @@ async def test_one_task_larger_than_a_page_still_comes_back(client, tenant) -> N
     assert [t["id"] for t in page["data"]] == [tid] and page["nextCursor"]
 
 
-async def test_fields_gives_a_lighter_listing(client, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_fields_gives_a_lighter_listing(client, tenant) -> None:
     key = tenant["apiKey"]
     ids = await _submit(client, key, 10)
     r = await client.get(
@@ -79,6 +79,6 @@ async def test_fields_gives_a_lighter_listing(client, tenant) -> None:  # type: 
 
 
 @pytest.mark.parametrize("fields", ["", "status,nope", "input;drop", ","])
-async def test_unknown_fields_are_400(client, tenant, fields: str) -> None:  # type: ignore[no-untyped-def]
+async def test_unknown_fields_are_400(client, tenant, fields: str) -> None:
     r = await client.get("/v1/tasks", params={"fields": fields}, headers=bearer(tenant["apiKey"]))
     assert r.status_code == 400 and r.json()["error"]["code"] == "bad_request"

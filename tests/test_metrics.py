@@ -7,9 +7,8 @@ from aiohttp import web
 
 from outbox.dispatcher import running
 
-from .conftest import ADMIN
 from .receiver import Receiver
-from .support import backlog, dispatcher, eventually, wait_drained
+from .support import ADMIN, backlog, dispatcher, eventually, wait_drained
 
 pytestmark = pytest.mark.anyio
 

@@ -40,7 +40,7 @@ FIXED_SEED = 1
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", ["fixed", "fresh"])
 @pytest.mark.parametrize("who", ["tenant", "admin"])
-async def test_schemathesis_finds_no_5xx_and_no_schema_break(  # type: ignore[no-untyped-def]
+async def test_schemathesis_finds_no_5xx_and_no_schema_break(
     live_api, tmp_path, who: str, seed: str
 ) -> None:
     """Generated requests from /openapi.json: examples, coverage, fuzzing and the stateful

@@ -10,7 +10,7 @@ import pytest
 from outbox.prefixes import PREFIXES, classify, embedded_ipv4
 from outbox.ssrf import AddressPolicy, GuardedConnector, blocked_reason
 
-from .conftest import bearer
+from .support import bearer
 from .test_ssrf import StaticResolver
 
 pytestmark = pytest.mark.anyio
@@ -72,7 +72,7 @@ def test_public_inside_prefix_allowed(address: str) -> None:
 
 
 @pytest.mark.parametrize("address", ALL)
-async def test_refused_at_submit(client, tenant, address: str) -> None:  # type: ignore[no-untyped-def]
+async def test_refused_at_submit(client, tenant, address: str) -> None:
     r = await client.post(
         "/v1/tasks",
         json={"type": "t", "callbackUrl": f"http://[{address}]/hook"},

@@ -52,9 +52,9 @@ def test_run_uses_uvloop() -> None:
 
 
 @pytest.fixture
-async def strict_api(runtime, dsn):  # type: ignore[no-untyped-def]
+async def strict_api(runtime, dsn):
     """``hookrelay api`` with short read deadlines and a cap of 20 connections; yields its port."""
-    from .processes import dispatcher_env, free_port, start, wait_for_port
+    from .support import dispatcher_env, free_port, start, wait_for_port
 
     port = free_port()
     env = dispatcher_env(
