@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 import asyncpg
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.routing import Route
 
 from outbox.db import create_pool
 from outbox.dns import Resolver
@@ -83,6 +84,7 @@ def create_app(
             *destinations.routes,
             *openapi.routes,
             *docs.routes,
+            Route("/ops", console.entry, methods=["GET"]),
             console.mount(runtime.admin_token),
         ],
         exception_handlers=HANDLERS,

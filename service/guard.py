@@ -93,7 +93,9 @@ def ascii_number(name: str, raw: str, lo: float, hi: float) -> float:
 def timestamp(name: str, raw: str) -> datetime:
     """An ISO-8601 time with a zone that PostgreSQL and Python both can hold, else 400."""
     if not _TIMESTAMP.fullmatch(raw):
-        raise BadRequest(f"{name} must be an ISO-8601 timestamp with a zone (e.g. Z)")
+        if _TIMESTAMP.fullmatch(raw + "Z"):
+            raise BadRequest(f"{name} must include a time zone (e.g. Z)")
+        raise BadRequest(f"{name} must be an ISO-8601 timestamp with a time zone (e.g. Z)")
     try:
         value = datetime.fromisoformat(raw.upper().replace("Z", "+00:00"))
         value.astimezone(UTC)  # 0001-01-01T00:00+01:00 is before year 1 in UTC

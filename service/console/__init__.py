@@ -66,6 +66,12 @@ def _guarded(handler: Handler) -> Handler:
     return guarded
 
 
+async def entry(request: Request) -> Response:
+    """``/ops`` itself: slash redirects are off app-wide (they echoed the Host header),
+    so the console's bare path redirects to its home with a path-only Location."""
+    return RedirectResponse("/ops/", status_code=308)
+
+
 async def home(request: Request) -> Response:
     return RedirectResponse("/ops/overview" if signed_in(request) else "/ops/sign-in", 303)
 
