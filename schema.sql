@@ -99,6 +99,20 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
     PRIMARY KEY (tenant_id, key)
 );
 
+-- Every event, written once when it is committed and never changed (0010).
+-- body is the exact bytes that are signed and sent, fixed at commit so every
+-- attempt, retry, replay and redelivery carries an identical body. Kept apart
+-- from outbox so the row each claim rewrites stays small.
+CREATE TABLE IF NOT EXISTS events (
+    event_id    text PRIMARY KEY,
+    tenant_id   text NOT NULL,
+    -- NULL for an event that belongs to no task.
+    task_id     text,
+    event_type  text NOT NULL,
+    body        text NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+
 -- Events waiting to be delivered. Delivered rows leave the table, so it holds
 -- only live work and stays small however much traffic has passed through.
 CREATE TABLE IF NOT EXISTS outbox (
@@ -112,9 +126,6 @@ CREATE TABLE IF NOT EXISTS outbox (
     -- Destination host, so a claim can skip hosts already at their
     -- concurrency cap instead of leasing rows it cannot send yet.
     host             text NOT NULL,
-    -- The exact bytes that are signed and sent, fixed at commit time so every
-    -- retry and replay carries an identical body.
-    body             text NOT NULL,
     created_at       timestamptz NOT NULL DEFAULT now(),
     next_attempt_at  timestamptz NOT NULL DEFAULT now(),
     -- attempts counts every attempt ever made (numbering in delivery_attempts);

@@ -45,9 +45,14 @@ INSERT INTO tasks (id, tenant_id, type, status, callback_url, completed_at, even
 SELECT 'task_bk' || g, $1, 'bench', 'succeeded', $2, now(), 'evt_bk' || g, 'pending'
   FROM generate_series($3::int, $4::int) g
 """
+FILL_EVENTS = """
+INSERT INTO events (event_id, tenant_id, task_id, event_type, body)
+SELECT 'evt_bk' || g, $1, 'task_bk' || g, 'task.succeeded', $4
+  FROM generate_series($2::int, $3::int) g
+"""
 FILL_OUTBOX = """
-INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host, body)
-SELECT 'evt_bk' || g, $1, 'task_bk' || g, 'task.succeeded', $2, '127.0.0.1', $5
+INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host)
+SELECT 'evt_bk' || g, $1, 'task_bk' || g, 'task.succeeded', $2, '127.0.0.1'
   FROM generate_series($3::int, $4::int) g
 """
 SIZES = """
@@ -62,13 +67,15 @@ async def fill(dsn: str, box: SecretBox, url: str, n: int) -> None:
         tenant = await create_tenant(conn, "bench", box)
         task, _ = await create_task(conn, tenant.id, NewTask("bench", url))
         await complete_task(conn, task.id, "succeeded", result={"ok": True})
-        body = await conn.fetchval("SELECT body FROM outbox")
-        await conn.execute("DELETE FROM outbox")
+        body = await conn.fetchval("SELECT body FROM events")
+        await conn.execute("DELETE FROM outbox; DELETE FROM events")
         for start in range(1, n + 1, 100_000):
             end = min(n, start + 99_999)
             await conn.execute(FILL_TASKS, tenant.id, url, start, end)
-            await conn.execute(FILL_OUTBOX, tenant.id, url, start, end, body)
+            await conn.execute(FILL_EVENTS, tenant.id, start, end, body)
+            await conn.execute(FILL_OUTBOX, tenant.id, url, start, end)
         await conn.execute("VACUUM ANALYZE outbox")
+        await conn.execute("VACUUM ANALYZE events")
         await conn.execute("VACUUM ANALYZE tasks")
     await pool.close()
 

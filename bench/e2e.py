@@ -54,7 +54,7 @@ async def fill(dsn: str, box: SecretBox, url: str, n: int) -> bytes:
                 for _ in range(min(1000, n - start)):
                     task, _ = await create_task(conn, tenant.id, NewTask("bench", url))
                     await complete_task(conn, task.id, "succeeded", result={"ok": True})
-        body = await conn.fetchval("SELECT body FROM outbox LIMIT 1")
+        body = await conn.fetchval("SELECT body FROM events LIMIT 1")
     await pool.close()
     return str(body).encode()
 

@@ -88,7 +88,24 @@ class Task:
         return f'"{self.version}-{int(self.updated_at.timestamp() * 1_000_000)}"'
 
     def to_resource(self) -> dict[str, Any]:
-        """The task as the API and the webhook's ``data`` show it."""
+        """The task as the API shows it: :meth:`to_event_data` and its delivery summary."""
+        return {
+            **self.to_event_data(),
+            "delivery": {
+                "eventId": self.event_id,
+                "status": self.delivery_status,
+                "attempts": self.delivery_attempts,
+                "lastAttemptAt": iso(self.last_attempt_at),
+                "lastStatusCode": self.last_status_code,
+                "lastError": self.last_error,
+                "nextAttemptAt": iso(self.next_attempt_at),
+                "deliveredAt": iso(self.delivered_at),
+            },
+        }
+
+    def to_event_data(self) -> dict[str, Any]:
+        """The task as a webhook's ``data`` shows it: no ``delivery`` block, which
+        changes with every attempt while the body is fixed when it is committed."""
         return {
             "id": self.id,
             "type": self.type,
@@ -106,16 +123,6 @@ class Task:
             "onTimeout": self.on_timeout,
             "progress": self.progress,
             "version": self.version,
-            "delivery": {
-                "eventId": self.event_id,
-                "status": self.delivery_status,
-                "attempts": self.delivery_attempts,
-                "lastAttemptAt": iso(self.last_attempt_at),
-                "lastStatusCode": self.last_status_code,
-                "lastError": self.last_error,
-                "nextAttemptAt": iso(self.next_attempt_at),
-                "deliveredAt": iso(self.delivered_at),
-            },
         }
 
 

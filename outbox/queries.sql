@@ -200,8 +200,19 @@ RETURNING *;
 SELECT pg_notify($2, $1);
 
 -- name: insert_outbox
-INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host, body)
-VALUES ($1, $2, $3, $4, $5, $6, $7);
+-- The event itself, stored once and never changed, and its outbox row: the
+-- lean row the dispatchers claim, which carries no body.
+WITH stored AS (
+    INSERT INTO events (event_id, tenant_id, task_id, event_type, body)
+    VALUES ($1, $2, $3, $4, $7)
+)
+INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host)
+VALUES ($1, $2, $3, $4, $5, $6);
+
+-- name: event_body
+-- The body stored when the event was committed; NULL for an event stored
+-- before bodies were kept beyond delivery.
+SELECT body FROM events WHERE event_id = $1;
 
 -- name: notify
 -- Delivered at commit, so a dispatcher never wakes for an uncommitted row.
@@ -289,7 +300,9 @@ UPDATE outbox o
        lease_owner = $5
  WHERE o.id = ANY (ARRAY(SELECT id FROM due))
 RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url, o.host,
-          o.body, o.attempts, o.budget_used,
+          -- The body is joined from events: the outbox row stays lean.
+          (SELECT e.body FROM events e WHERE e.event_id = o.event_id), o.attempts,
+          o.budget_used,
           -- Read with the claim: a rotation committed before it is seen here.
           (SELECT t.secret_version FROM tenants t WHERE t.id = o.tenant_id);
 
@@ -313,7 +326,8 @@ UPDATE outbox o
   FROM probe
  WHERE o.id = probe.id
 RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url, o.host,
-          o.body, o.attempts, o.budget_used,
+          (SELECT e.body FROM events e WHERE e.event_id = o.event_id), o.attempts,
+          o.budget_used,
           -- Read with the claim: a rotation committed before it is seen here.
           (SELECT t.secret_version FROM tenants t WHERE t.id = o.tenant_id);
 
@@ -406,9 +420,9 @@ dead AS (
 buried AS (
     INSERT INTO dead_letters AS d (event_id, tenant_id, task_id, event_type, callback_url, host,
                                    body, created_at, attempts, last_error, last_status_code)
-    SELECT x.event_id, x.tenant_id, x.task_id, x.event_type, x.callback_url, x.host, x.body,
+    SELECT x.event_id, x.tenant_id, x.task_id, x.event_type, x.callback_url, x.host, e.body,
            x.created_at, x.attempts + 1, i.error, i.status_code
-      FROM dead x JOIN input i ON i.id = x.id
+      FROM dead x JOIN input i ON i.id = x.id JOIN events e ON e.event_id = x.event_id
     ON CONFLICT (event_id) DO UPDATE
        SET failed_at = now(), attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error,
            last_status_code = EXCLUDED.last_status_code, callback_url = EXCLUDED.callback_url,
@@ -560,6 +574,8 @@ SELECT * FROM tasks WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2) FOR U
 -- under their own event ids and with a fresh attempt budget (budget_used 0);
 -- attempts carries on from the log so attempt numbers stay unique per event.
 -- ON CONFLICT: an event still waiting is not queued twice, and not returned.
+-- The body goes to events only if the event has none stored there: a stored
+-- body is never replaced, so every sending of an event carries the same bytes.
 -- For the events queued, their open dead letters are closed as replayed by $8
 -- and their tasks' delivery summaries go back to pending. Shared by redelivery
 -- and dead-letter replay, so both put an event back the same way.
@@ -569,10 +585,14 @@ WITH input AS (
                   $7::text[])
         AS i(event_id, tenant_id, task_id, event_type, callback_url, host, body)
 ),
+stored AS (
+    INSERT INTO events (event_id, tenant_id, task_id, event_type, body)
+    SELECT i.event_id, i.tenant_id, i.task_id, i.event_type, i.body FROM input i
+    ON CONFLICT (event_id) DO NOTHING
+),
 queued AS (
-    INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host, body,
-                        attempts)
-    SELECT i.event_id, i.tenant_id, i.task_id, i.event_type, i.callback_url, i.host, i.body,
+    INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host, attempts)
+    SELECT i.event_id, i.tenant_id, i.task_id, i.event_type, i.callback_url, i.host,
            COALESCE((SELECT max(a.number) FROM delivery_attempts a
                       WHERE a.event_id = i.event_id), 0)
       FROM input i
@@ -703,13 +723,20 @@ DELETE FROM delivery_attempts
 
 -- name: purge_tasks
 -- Finished tasks ($3: the terminal statuses) whose event is no longer waiting; idempotency keys go with
--- them (ON DELETE CASCADE).
-DELETE FROM tasks
- WHERE id IN (
-    SELECT id FROM tasks
-     WHERE status = ANY($3::text[])
-       AND completed_at < $1 AND delivery_status <> 'pending'
-     LIMIT $2);
+-- them (ON DELETE CASCADE), and so does their stored event (a task has one).
+WITH gone AS (
+    DELETE FROM tasks
+     WHERE id IN (
+        SELECT id FROM tasks
+         WHERE status = ANY($3::text[])
+           AND completed_at < $1 AND delivery_status <> 'pending'
+         LIMIT $2)
+    RETURNING event_id
+),
+events_gone AS (
+    DELETE FROM events e USING gone g WHERE e.event_id = g.event_id
+)
+SELECT count(*) FROM gone;
 
 -- name: destination_urls
 -- Migration host_keys: every (callback URL, stored host key) pair still in use,
@@ -776,9 +803,9 @@ SELECT date_trunc('minute', attempted_at) AS minute, outcome, count(*) AS n
 -- name: ops_event
 -- One event wherever it is: waiting in the outbox, or dead-lettered (replayed
 -- or not). A delivered event has left both; its task and attempt log remain.
-SELECT event_id, tenant_id, task_id, event_type, callback_url, body, created_at,
-       'pending' AS state, last_error, last_status_code
-  FROM outbox WHERE event_id = $1
+SELECT o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url, e.body, o.created_at,
+       'pending' AS state, o.last_error, o.last_status_code
+  FROM outbox o JOIN events e USING (event_id) WHERE o.event_id = $1
 UNION ALL
 SELECT event_id, tenant_id, task_id, event_type, callback_url, body, created_at,
        CASE WHEN replayed_at IS NULL THEN 'dead' ELSE 'replayed' END, last_error,

@@ -27,6 +27,10 @@ async def redeliver(
             raise TaskNotFound(task_id)
         if not task.terminal or task.event_id is None:
             raise NotTerminal(task_id, task)
+        # The body stored at commit. An event delivered before bodies were kept
+        # has none: build it as its commit would now; requeueing stores it, so
+        # every later redelivery sends these same bytes.
+        body = await events.event_body(conn, event_id=task.event_id)
         event = OutboxEvent(
             event_id=task.event_id,
             tenant_id=task.tenant_id,
@@ -34,7 +38,7 @@ async def redeliver(
             event_type=f"task.{task.status}",
             callback_url=task.callback_url,
             host=destination_host(task.callback_url),
-            body=event_body(task),
+            body=body if body is not None else event_body(task),
         )
         if not await put_back(conn, [event], by=by, task_id=task.id):
             raise AlreadyPending(task_id, task)

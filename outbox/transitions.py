@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Literal
 
 import asyncpg
@@ -39,11 +40,18 @@ def destination_host(url: str) -> str:
 
 
 def event_body(task: Task) -> str:
-    """The webhook body, serialised once so every attempt sends the same bytes."""
+    """The webhook body of ``task``'s terminal event, as its commit stores it.
+
+    Built once, when the event is committed, and stored in ``events``; every
+    attempt, retry, replay and redelivery sends those bytes. ``updatedAt`` is
+    the completion time, as it is at commit, so a body rebuilt later for an
+    event stored before bodies were kept (see ``redelivery``) is the same.
+    """
+    at_commit = replace(task, updated_at=task.completed_at or task.updated_at)
     payload = {
         "type": f"task.{task.status}",
         "timestamp": iso(task.completed_at),
-        "data": task.to_resource(),
+        "data": at_commit.to_event_data(),
     }
     return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
 

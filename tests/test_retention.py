@@ -26,8 +26,9 @@ async def test_purges_only_old_finished_rows(pool, runtime, monkeypatch) -> None
             """
             INSERT INTO dead_letters (event_id, tenant_id, task_id, event_type, callback_url,
                                       host, body, created_at, attempts)
-            SELECT event_id, tenant_id, task_id, event_type, callback_url, host, body,
-                   created_at, 1 FROM outbox WHERE event_id = $1""",
+            SELECT o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url, o.host,
+                   e.body, o.created_at, 1
+              FROM outbox o JOIN events e USING (event_id) WHERE o.event_id = $1""",
             events[4],
         )
         await conn.execute("DELETE FROM outbox WHERE event_id <> $1", events[5])
@@ -46,4 +47,6 @@ async def test_purges_only_old_finished_rows(pool, runtime, monkeypatch) -> None
     left = {r["event_id"] for r in await pool.fetch("SELECT event_id FROM delivery_attempts")}
     assert left == {events[4], events[5]}
     assert [r["event_id"] for r in await pool.fetch("SELECT event_id FROM tasks")] == [events[5]]
+    # A purged task's stored event goes with it.
+    assert [r["event_id"] for r in await pool.fetch("SELECT event_id FROM events")] == [events[5]]
     assert await purge(pool, attempts_older_than_s=1, tasks_older_than_s=1) == (0, 0)

@@ -20,6 +20,7 @@ _REQUEUE_EVENTS = sql("requeue_events")
 _ATTEMPTS = sql("attempts")
 _EVENT_ATTEMPTS = sql("event_attempts")
 _TEST_EVENT_STATE = sql("test_event_state")
+_EVENT_BODY = sql("event_body")
 
 
 async def insert_outbox(
@@ -33,10 +34,17 @@ async def insert_outbox(
     host: str,
     body: str,
 ) -> None:
-    """A new event, due now; ``task_id`` None for a test event, which has no task."""
+    """A new event, due now: stored once in ``events``, queued in ``outbox``;
+    ``task_id`` None for a test event, which has no task."""
     await conn.execute(
         _INSERT_OUTBOX, event_id, tenant_id, task_id, event_type, callback_url, host, body
     )
+
+
+async def event_body(conn: asyncpg.Connection, *, event_id: EventId) -> str | None:
+    """The body stored when ``event_id`` was committed, or None if none is stored."""
+    body: str | None = await conn.fetchval(_EVENT_BODY, event_id)
+    return body
 
 
 async def notify(conn: asyncpg.Connection, *, task_id: str = "") -> None:

@@ -24,4 +24,5 @@ async def purge_attempts(conn: asyncpg.Connection, *, before: datetime, limit: i
 
 async def purge_tasks(conn: asyncpg.Connection, *, before: datetime, limit: int) -> int:
     """Delete up to ``limit`` terminal tasks completed before ``before``, event not pending."""
-    return _count(await conn.execute(_PURGE_TASKS, before, limit, TERMINAL_STATUSES))
+    deleted: int = await conn.fetchval(_PURGE_TASKS, before, limit, TERMINAL_STATUSES)
+    return deleted
