@@ -44,10 +44,12 @@ async def test_complete_writes_task_and_outbox_row(pool: asyncpg.Pool, task_id: 
     row = rows[0]
     assert row["event_id"] == task.event_id and row["event_type"] == "task.succeeded"
     assert row["host"] == "http://127.0.0.1:9"
-    body = json.loads(row["body"])
-    assert body["type"] == "task.succeeded"
+    stored = await pool.fetchrow("SELECT * FROM events WHERE event_id = $1", task.event_id)
+    assert (stored["task_id"], stored["tenant_id"]) == (task_id, task.tenant_id)
+    body = json.loads(stored["body"])
+    assert body["type"] == stored["event_type"] == "task.succeeded"
     assert body["data"]["id"] == task_id and body["data"]["result"] == {"answer": 42}
-    assert body["data"]["delivery"]["eventId"] == task.event_id
+    assert body["data"] == {k: v for k, v in task.to_resource().items() if k != "delivery"}
     assert body["timestamp"] == body["data"]["completedAt"]
 
 
@@ -60,6 +62,7 @@ async def test_error_in_callers_transaction_rolls_back_both(pool: asyncpg.Pool, 
     row = await pool.fetchrow("SELECT status, version FROM tasks WHERE id = $1", task_id)
     assert (row["status"], row["version"]) == ("queued", 1)
     assert await outbox_rows(pool, task_id) == []
+    assert await pool.fetchval("SELECT count(*) FROM events WHERE task_id = $1", task_id) == 0
 
 
 async def test_commits_with_callers_own_write(pool: asyncpg.Pool, task_id: str) -> None:
