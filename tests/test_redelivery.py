@@ -74,7 +74,7 @@ async def test_redeliver_after_success_sends_again(client, tenant, pool, runtime
     assert len({r.body for r in receiver.received}) == 1
 
 
-async def test_redeliver_event_delivered_before_bodies_were_kept(  # type: ignore[no-untyped-def]
+async def test_redeliver_event_delivered_before_bodies_were_kept(
     client, tenant, pool, runtime, receiver
 ) -> None:
     # Delivered under the old schema, whose outbox row (and body) left with the
