@@ -24,9 +24,14 @@ from outbox.store import delivery
 from .common import fresh_database, percentile, record, server_dsn, server_facts
 
 FILL = """
-INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host, body)
+WITH stored AS (
+    INSERT INTO events (event_id, tenant_id, task_id, event_type, body)
+    SELECT $1 || g, 'ten_bench', 'task_' || $1 || g, 'task.succeeded', repeat('x', 600)
+      FROM generate_series(1, $3::int) g
+)
+INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host)
 SELECT $1 || g, 'ten_bench', 'task_' || $1 || g, 'task.succeeded', 'https://' || $2 || '/hook',
-       $2, repeat('x', 600)
+       $2
   FROM generate_series(1, $3::int) g
 """
 

@@ -64,7 +64,7 @@ async def main() -> None:
         dsn = await fresh_database(server)
         await fill(dsn, SecretBox(base64.urlsafe_b64decode(key)), rx.url, args.events)
         conn = await asyncpg.connect(dsn)
-        body = str(await conn.fetchval("SELECT body FROM outbox LIMIT 1")).encode()
+        body = str(await conn.fetchval("SELECT body FROM events LIMIT 1")).encode()
         await conn.close()
         limit = await bare_client_limit(rx.url, body, args.events, PER_HOST)
         rate, counters = await drain_counted(

@@ -151,9 +151,15 @@ async def test_claim_reads_no_held_row(pool, runtime) -> None:
     tenant, _ = await backlog(pool, runtime, "https://up.example/hook", 3)
     async with pool.acquire() as conn:
         await conn.execute(
-            "INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host,"
-            " body) SELECT 'evt_held_' || i, $1, 'task_x', 'task.succeeded',"
-            " 'https://down.example/hook', 'https://down.example:443', '{}'"
+            "INSERT INTO events (event_id, tenant_id, task_id, event_type, body)"
+            " SELECT 'evt_held_' || i, $1, 'task_x', 'task.succeeded', '{}'"
+            " FROM generate_series(1, 2000) i",
+            tenant.id,
+        )
+        await conn.execute(
+            "INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host)"
+            " SELECT 'evt_held_' || i, $1, 'task_x', 'task.succeeded',"
+            " 'https://down.example/hook', 'https://down.example:443'"
             " FROM generate_series(1, 2000) i",
             tenant.id,
         )
