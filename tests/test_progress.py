@@ -189,7 +189,7 @@ async def test_silent_executor_times_out_with_the_default_path(client, pool, ten
     assert got["error"] is None
     body = json.loads(
         await pool.fetchval(
-            "SELECT body FROM outbox WHERE event_id = $1", got["delivery"]["eventId"]
+            "SELECT body FROM events WHERE event_id = $1", got["delivery"]["eventId"]
         )
     )
     assert body["type"] == "task.timed_out" and body["data"]["result"] == default["result"]
