@@ -1,21 +1,25 @@
 """Operator actions that leave a trace: replays (one, selected or by filter) and manual
-circuit closes, each recorded in ``ops_audit`` with who, how many, the filter and why."""
+circuit closes, each recorded in ``ops_audit`` with who, how many, the filter and why.
+The console, the API and the CLI all replay through here."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import asdict, replace
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from typing import Any
 
 import asyncpg
 
-from .deadletters import replay_batch
+from .deadletters import replay_batch, replay_matching, replay_one
 from .models import iso
 from .store import console as store
 from .store.console import AuditEntry, EventView, MinuteCount, Overview
 from .store.deadletters import DeadLetterFilter
 
+NO_REASON = "(no reason given)"
+
 __all__ = [
+    "NO_REASON",
     "AuditEntry",
     "EventView",
     "MinuteCount",
@@ -23,6 +27,7 @@ __all__ = [
     "bulk_replay",
     "close_circuit",
     "preview_replay",
+    "replay_audited",
     "replay_selected",
 ]
 
@@ -41,23 +46,35 @@ async def preview_replay(conn: asyncpg.Connection, flt: DeadLetterFilter) -> int
 
 
 async def bulk_replay(
-    conn: asyncpg.Connection, flt: DeadLetterFilter, *, actor: str, reason: str
+    conn: asyncpg.Connection,
+    flt: DeadLetterFilter,
+    *,
+    actor: str,
+    reason: str,
+    progress: Callable[[int], None] | None = None,
 ) -> int:
-    """Replay every letter matching ``flt`` that had failed when the call began.
-
-    Letters that die again while it runs fail after that instant, so one call
-    takes each letter at most once.
-    """
-    start = await store.database_clock(conn)
-    until = start if flt.until is None else min(flt.until, start)
-    snapshot = replace(flt, until=until)
-    done = 0
-    while batch := await replay_batch(conn, snapshot, by=actor):
-        done += len(batch)
+    """Replay every letter matching ``flt`` that had failed when the call began
+    (each at most once, :func:`outbox.deadletters.replay_matching`), audited."""
+    done = await replay_matching(conn, flt, by=actor, progress=progress)
     await store.audit(
         conn, actor=actor, action="bulk_replay", count=done, filter=_described(flt), reason=reason
     )
     return done
+
+
+async def replay_audited(
+    conn: asyncpg.Connection, event_id: str, *, actor: str, reason: str
+) -> None:
+    """:func:`outbox.deadletters.replay_one`, audited; raises as it does."""
+    await replay_one(conn, event_id, by=actor)
+    await store.audit(
+        conn,
+        actor=actor,
+        action="replay",
+        count=1,
+        filter={"eventIds": [event_id]},
+        reason=reason,
+    )
 
 
 async def replay_selected(

@@ -855,10 +855,6 @@ SELECT id, at, actor, action, count, filter::text, reason
  ORDER BY at DESC, id DESC
  LIMIT $1;
 
--- name: ops_clock
--- clock_timestamp(), not now(): the instant of the call, outside any transaction's start.
-SELECT clock_timestamp();
-
 -- name: defer_leases
 -- A local fault (our resolver, file descriptors, HTTP pool): rows go back with
 -- their attempt budget unspent, due again in $3 s so that a fault that

@@ -14,12 +14,11 @@ from outbox.deadletters import (
     DeadLetterFilter,
     get_dead_letter,
     list_dead_letters,
-    replay_matching,
-    replay_one,
     to_resource,
 )
 from outbox.errors import OutboxError
 from outbox.models import iso
+from outbox.ops import NO_REASON, bulk_replay, replay_audited
 
 from .terminal import printable
 from .validation import timestamp
@@ -38,6 +37,7 @@ def add_parser(sub: Any) -> None:
     replay.add_argument("event_ids", nargs="*", metavar="EVENT_ID")
     replay.add_argument("--all", action="store_true", help="every letter matching the filters")
     replay.add_argument("--dry-run", action="store_true", help="count, change nothing")
+    replay.add_argument("--reason", default=NO_REASON, help="why, for the audit trail")
     for parser in (ls, replay):
         parser.add_argument("--tenant")
         parser.add_argument("--since", help="ISO-8601, e.g. 2026-12-02T13:00:00Z")
@@ -123,7 +123,7 @@ async def run(conn: asyncpg.Connection, args: argparse.Namespace) -> int:
                 print(f"would replay {printable(event_id)}")
                 continue
             try:
-                await replay_one(conn, event_id, by="cli")
+                await replay_audited(conn, event_id, actor="cli", reason=args.reason)
                 print(f"replayed {printable(event_id)}")
             except OutboxError as exc:
                 print(printable(f"{event_id}: {exc}"), file=sys.stderr)
@@ -134,8 +134,8 @@ async def run(conn: asyncpg.Connection, args: argparse.Namespace) -> int:
     if args.dry_run:
         print(f"would replay {total} dead letter(s)")
         return 0
-    done = await replay_matching(
-        conn, flt, by="cli", batch=PAGE, progress=lambda n: _progress(n, max(total, n))
+    done = await bulk_replay(
+        conn, flt, actor="cli", reason=args.reason, progress=lambda n: _progress(n, max(total, n))
     )
     if done:
         sys.stderr.write("\n")

@@ -211,6 +211,9 @@ TENANT: Schema = {
     },
 }
 
+# Why an operator replays; kept in the audit trail (ops_audit).
+REASON: Schema = {"type": "string", "minLength": 1, "maxLength": 500}
+
 
 def _page(item: Schema) -> Schema:
     return {
@@ -526,6 +529,7 @@ def spec() -> Schema:
                             "since": DATE,
                             "until": DATE,
                             "eventType": {"type": "string"},
+                            "reason": REASON,
                         },
                     },
                     body_required=False,
@@ -547,10 +551,14 @@ def spec() -> Schema:
                     "Replay one (admin)",
                     (202, {"type": "object"}),
                     op_id="replayDeadLetter",
-                    body=NO_BODY,
+                    body={
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {"reason": REASON},
+                    },
                     body_required=False,
                     params=eid,
-                    errors=(401, 403, 404, 409),
+                    errors=(401, 403, 404, 409, 422),
                 )
             },
             "/v1/admin/destinations": {

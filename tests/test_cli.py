@@ -101,13 +101,20 @@ async def test_dead_letters_cli_session(pool, runtime, dsn) -> None:
         "dead-letters", "replay", "--all", "--tenant", tenant.id, "--dry-run", env=env
     )
     assert "would replay 3" in out and await pool.fetchval("SELECT count(*) FROM outbox") == 0
-    code, out, _ = await run_cli("dead-letters", "replay", events[0], env=env)
+    code, out, _ = await run_cli(
+        "dead-letters", "replay", events[0], "--reason", "receiver fixed", env=env
+    )
     assert code == 0 and f"replayed {events[0]}" in out
     code, out, err = await run_cli(
         "dead-letters", "replay", "--all", "--since", "2000-01-01T00:00:00Z", env=env
     )
     assert code == 0 and "replayed 2 dead letter(s)" in out and "2/2" in err
     assert await pool.fetchval("SELECT count(*) FROM outbox") == 3
+    audit = await pool.fetch("SELECT actor, action, count, reason FROM ops_audit ORDER BY id")
+    assert [tuple(r) for r in audit] == [
+        ("cli", "replay", 1, "receiver fixed"),
+        ("cli", "bulk_replay", 2, "(no reason given)"),
+    ]
     code, _, err = await run_cli("dead-letters", "replay", events[0], env=env)
     assert code == 1 and "already replayed" in err
     code, _, err = await run_cli("dead-letters", "show", "evt_nope", env=env)

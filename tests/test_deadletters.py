@@ -171,3 +171,25 @@ async def test_bulk_replay_is_a_snapshot(client, dead, pool, monkeypatch) -> Non
     monkeypatch.setattr("outbox.deadletters.put_back", original)
     r = await client.post("/v1/admin/dead-letters/replay", headers=ADMIN)
     assert r.json() == {"replayed": 5}
+
+
+async def test_api_replays_are_audited(client, pool, dead) -> None:
+    a, a_events = dead["a"]
+    r = await client.post(
+        f"/v1/admin/dead-letters/{a_events[0]}/replay",
+        json={"reason": "partner asked (T-1)"},
+        headers=ADMIN,
+    )
+    assert r.status_code == 202
+    r = await client.post("/v1/admin/dead-letters/replay", json={"tenant": a.id}, headers=ADMIN)
+    assert r.status_code == 202 and r.json()["replayed"] == 2
+    rows = await pool.fetch(
+        "SELECT actor, action, count, filter, reason FROM ops_audit ORDER BY id"
+    )
+    assert [(r["actor"], r["action"], r["count"], r["reason"]) for r in rows] == [
+        ("admin", "replay", 1, "partner asked (T-1)"),
+        ("admin", "bulk_replay", 2, "(no reason given)"),
+    ]
+    assert a_events[0] in rows[0]["filter"] and a.id in rows[1]["filter"]
+    bad = await client.post("/v1/admin/dead-letters/replay", json={"reason": 3}, headers=ADMIN)
+    assert bad.status_code == 422

@@ -24,7 +24,6 @@ _TASK_EVENT = sql("ops_task_event")
 _CLOSE_CIRCUIT = sql("ops_close_circuit")
 _AUDIT_INSERT = sql("ops_audit_insert")
 _AUDIT_LIST = sql("ops_audit_list")
-_CLOCK = sql("ops_clock")
 
 # The depth is exact up to here, then shown as "at least".
 DEPTH_CAP = 100_000
@@ -115,9 +114,3 @@ async def audit(
 
 async def audit_log(conn: asyncpg.Connection, *, limit: int) -> list[AuditEntry]:
     return [AuditEntry(*r) for r in await conn.fetch(_AUDIT_LIST, limit)]
-
-
-async def database_clock(conn: asyncpg.Connection) -> datetime:
-    """The database's clock, which stamps ``failed_at``."""
-    value: datetime = await conn.fetchval(_CLOCK)
-    return value

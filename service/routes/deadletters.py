@@ -9,12 +9,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from outbox import ops
 from outbox.deadletters import (
     DeadLetterFilter,
     get_dead_letter,
     list_dead_letters,
-    replay_matching,
-    replay_one,
     to_resource,
 )
 from outbox.models import iso
@@ -26,6 +25,7 @@ from ..bodies import read_json
 from ..errors import Unprocessable
 
 FILTER_FIELDS = {"tenant", "since", "until", "eventType"}
+MAX_REASON = 500
 
 
 def _filter(source: QueryParams | dict[str, Any]) -> DeadLetterFilter:
@@ -73,24 +73,36 @@ async def show(request: Request) -> Response:
     return JSONResponse(body)
 
 
+def _reason(body: Any) -> str:
+    reason = body.get("reason", ops.NO_REASON) if isinstance(body, dict) else ops.NO_REASON
+    if not isinstance(reason, str) or not reason.strip() or len(reason) > MAX_REASON:
+        raise Unprocessable(f"reason must be a string of 1-{MAX_REASON} characters")
+    return reason.strip()
+
+
 async def replay(request: Request) -> Response:
     await require_admin(request)
-    await read_json(request, required=False)
+    body = await read_json(request, required=False) or {}
+    if not isinstance(body, dict) or set(body) - {"reason"}:
+        raise Unprocessable("body must be empty or an object with only: reason")
     event_id = request.path_params["event_id"]
     async with request.app.state.pool.acquire() as conn:
-        await replay_one(conn, event_id, by="admin")
+        await ops.replay_audited(conn, event_id, actor="admin", reason=_reason(body))
     return JSONResponse({"replayed": 1, "eventId": event_id}, status_code=202)
 
 
 async def replay_bulk(request: Request) -> Response:
     await require_admin(request)
     body = await read_json(request, required=False) or {}
-    if not isinstance(body, dict) or set(body) - FILTER_FIELDS:
-        raise Unprocessable(f"body must be an object with only: {', '.join(sorted(FILTER_FIELDS))}")
+    if not isinstance(body, dict) or set(body) - FILTER_FIELDS - {"reason"}:
+        allowed = ", ".join(sorted(FILTER_FIELDS | {"reason"}))
+        raise Unprocessable(f"body must be an object with only: {allowed}")
+    reason = _reason(body)
     # Filters may come in the body or the query string, as for the listing.
-    flt = _filter({**dict(request.query_params), **body})
+    filters = {k: v for k, v in body.items() if k != "reason"}
+    flt = _filter({**dict(request.query_params), **filters})
     async with request.app.state.pool.acquire() as conn:
-        total = await replay_matching(conn, flt, by="admin")
+        total = await ops.bulk_replay(conn, flt, actor="admin", reason=reason)
     return JSONResponse({"replayed": total}, status_code=202 if total else 200)
 
 
