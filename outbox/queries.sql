@@ -819,10 +819,6 @@ SELECT event_id, number, attempted_at, duration_ms, outcome, status_code, error,
  WHERE event_id = $1
  ORDER BY number;
 
--- name: ops_task_event
--- The event of a task that has one (the terminal event's id is on the task).
-SELECT event_id FROM tasks WHERE id = $1;
-
 -- name: ops_close_circuit
 -- A manual close: the host is healthy again as far as the operator knows. Its
 -- held events become claimable at the next claim; the NOTIFY ($2, the outbox

@@ -20,7 +20,6 @@ _OVERVIEW = sql("ops_overview")
 _PER_MINUTE = sql("ops_deliveries_per_minute")
 _EVENT = sql("ops_event")
 _EVENT_ATTEMPTS = sql("ops_event_attempts")
-_TASK_EVENT = sql("ops_task_event")
 _CLOSE_CIRCUIT = sql("ops_close_circuit")
 _AUDIT_INSERT = sql("ops_audit_insert")
 _AUDIT_LIST = sql("ops_audit_list")
@@ -88,11 +87,6 @@ async def event(conn: asyncpg.Connection, *, event_id: str) -> EventView | None:
 
 async def event_attempts(conn: asyncpg.Connection, *, event_id: str) -> list[Attempt]:
     return [Attempt(*r) for r in await conn.fetch(_EVENT_ATTEMPTS, event_id)]
-
-
-async def task_event_id(conn: asyncpg.Connection, *, task_id: str) -> str | None:
-    value = await conn.fetchval(_TASK_EVENT, task_id)
-    return str(value) if value is not None else None
 
 
 async def close_circuit(conn: asyncpg.Connection, *, host: str) -> bool:
