@@ -5,7 +5,7 @@ dispatcher does per POST. Signs a typical task body with a prepared ``Signer``
 for each scheme, in one process, and prints signatures/s and each scheme's
 cost relative to v1 measured in the same run.
 
-    python bench/signing.py [--seconds 2] [--body-bytes 1024]
+    python -m bench signing [--seconds 2] [--body-bytes 1024]
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from common import record
-
 from outbox.ed25519 import generate_keypair
 from outbox.signing import Signer, generate_secret
+
+from .common import record
 
 
 def rate(signer: Signer, body: bytes, seconds: float) -> float:
@@ -50,7 +50,7 @@ def main() -> None:
         rows.append(f"| {name} | {r:,.0f} | {1e6 / r:.1f} | {rates['v1'] / r:.1f}x |")
     table = "\n".join(rows)
     print(table)
-    cmd = f"python bench/signing.py --seconds {args.seconds:g} --body-bytes {args.body_bytes}"
+    cmd = f"python -m bench signing --seconds {args.seconds:g} --body-bytes {args.body_bytes}"
     record("signing: v1 against v1a", cmd, table)
 
 
