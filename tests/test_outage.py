@@ -77,7 +77,9 @@ async def test_database_restart_mid_run(runtime, tmp_path: Path) -> None:
             _assert_unavailable(await c.get("/v1/tasks", headers=bearer(key)))
             assert (await c.get("/readyz")).status_code == 503
             assert (await c.get("/healthz")).status_code == 200
-            assert time.monotonic() - started < 10, "answers during the outage must not hang"
+            # A hang would last db_wait_s (60 s): the bound is far from it and far above the
+            # seconds these answers take on a loaded machine.
+            assert time.monotonic() - started < 30, "answers during the outage must not hang"
             await asyncio.sleep(1.0)  # the dispatcher meets the outage too
 
             assert pg.start() == dsn
