@@ -70,3 +70,17 @@ class Receiver:
 
     def event_ids(self) -> list[str]:
         return [r.headers["webhook-id"] for r in self.received]
+
+
+def failing_until_healthy(status: int = 500, text: str = "") -> Receiver:
+    """Answers ``status`` (and ``text``) until ``rx.state["healthy"]["ok"]`` is set, then 204."""
+    healthy = {"ok": False}
+
+    async def endpoint(request: web.Request, rx: Receiver) -> web.StreamResponse:
+        if healthy["ok"]:
+            return web.Response(status=204)
+        return web.Response(status=status, text=text)
+
+    rx = Receiver(behaviour=endpoint)
+    rx.state["healthy"] = healthy
+    return rx

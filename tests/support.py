@@ -8,22 +8,24 @@ so tests and benchmarks start hookrelay the same way.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
 import secrets
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
+import httpx
 
 from bench.procs import ROOT as ROOT
 from bench.procs import free_port as free_port
 from bench.procs import hookrelay, service_env
 from outbox import complete_task
-from outbox.dispatcher import Dispatcher
+from outbox.dispatcher import Dispatcher, running
 from outbox.models import EventId
 from outbox.store import delivery
 from outbox.store.delivery import ClaimedEvent
@@ -91,6 +93,20 @@ async def backlog(
                 assert done.event_id is not None
                 events.append(done.event_id)
     return tenant, events
+
+
+async def dead_letters_of_two_tenants(
+    pool: asyncpg.Pool, runtime: Runtime, url: str
+) -> dict[str, tuple[NewTenant, list[EventId]]]:
+    """Three dead events of tenant "a", two of tenant "b", all sent to a failing ``url``."""
+    a, a_events = await backlog(pool, runtime, url, 3)
+    async with pool.acquire() as conn:
+        b = await create_tenant(conn, "b", runtime.secret_box)
+    _, b_events = await backlog(pool, runtime, url, 2, b)
+    async with running(dispatcher(runtime, pool)):
+        await wait_drained(pool)
+    assert await pool.fetchval("SELECT count(*) FROM dead_letters") == 5
+    return {"a": (a, a_events), "b": (b, b_events)}
 
 
 def dispatcher(runtime: Runtime, pool: asyncpg.Pool) -> Dispatcher:
@@ -173,6 +189,30 @@ async def wait_for_port(port: int, proc: asyncio.subprocess.Process, timeout: fl
         return True
 
     await eventually(listening, timeout, what=f"something listening on {port}")
+
+
+@contextlib.asynccontextmanager
+async def serving(command: str, env: dict[str, str]) -> AsyncIterator[str]:
+    """``hookrelay <command>`` on a free port until exit; yields its base URL."""
+    port = free_port()
+    proc = await start(command, {**env, "HOOKRELAY_HOST": "127.0.0.1", "HOOKRELAY_PORT": str(port)})
+    try:
+        await wait_for_port(port, proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+        await proc.wait()
+
+
+async def submit_and_complete(c: httpx.AsyncClient, key: str, url: str) -> str:
+    """Submit a task to ``url`` as the tenant of ``key`` and complete it; its id."""
+    r = await c.post("/v1/tasks", json={"type": "t", "callbackUrl": url}, headers=bearer(key))
+    assert r.status_code == 202, r.text
+    task_id: str = r.json()["id"]
+    r = await c.post(f"/v1/tasks/{task_id}/complete", json={"status": "succeeded"}, headers=ADMIN)
+    assert r.status_code == 200, r.text
+    return task_id
 
 
 async def run_cli(*args: str, env: dict[str, str]) -> tuple[int, str, str]:

@@ -8,7 +8,6 @@ import re
 
 import httpx
 import pytest
-from aiohttp import web
 
 from outbox.dispatcher import running
 from outbox.ops import preview_replay
@@ -17,8 +16,14 @@ from outbox.tenants import create_tenant
 from service.console.pages import _classify
 from service.console.security import HEADERS, SignInThrottle
 
-from .receiver import Receiver
-from .support import ADMIN_TOKEN, backlog, bearer, dispatcher, wait_drained
+from .receiver import failing_until_healthy
+from .support import (
+    ADMIN_TOKEN,
+    bearer,
+    dead_letters_of_two_tenants,
+    dispatcher,
+    wait_drained,
+)
 
 pytestmark = pytest.mark.anyio
 ORIGIN = {"Origin": "http://hookrelay.test"}
@@ -43,15 +48,7 @@ async def signed_in(client: httpx.AsyncClient) -> str:
 
 @pytest.fixture
 async def receiver():
-    healthy = {"ok": False}
-
-    async def endpoint(request: web.Request, rx: Receiver) -> web.StreamResponse:
-        if healthy["ok"]:
-            return web.Response(status=204)
-        return web.Response(status=500, text=HOSTILE)
-
-    rx = await Receiver(behaviour=endpoint).start()
-    rx.state["healthy"] = healthy
+    rx = await failing_until_healthy(500, HOSTILE).start()
     yield rx
     await rx.stop()
 
@@ -59,14 +56,7 @@ async def receiver():
 @pytest.fixture
 async def dead(pool, runtime, receiver):
     """Three dead events of tenant A (HTTP 500 with hostile text), two of tenant B."""
-    a, a_events = await backlog(pool, runtime, receiver.url, 3)
-    async with pool.acquire() as conn:
-        b = await create_tenant(conn, "b", runtime.secret_box)
-    _, b_events = await backlog(pool, runtime, receiver.url, 2, b)
-    async with running(dispatcher(runtime, pool)):
-        await wait_drained(pool)
-    assert await pool.fetchval("SELECT count(*) FROM dead_letters") == 5
-    return {"a": (a, a_events), "b": (b, b_events)}
+    return await dead_letters_of_two_tenants(pool, runtime, receiver.url)
 
 
 async def test_pages_need_sign_in_and_carry_strict_headers(client) -> None:

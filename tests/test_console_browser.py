@@ -16,9 +16,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from aiohttp import web
 
-from .receiver import Receiver
+from .receiver import Receiver, failing_until_healthy
 from .support import (
     ADMIN,
     ADMIN_TOKEN,
@@ -26,9 +25,7 @@ from .support import (
     bearer,
     dispatcher_env,
     eventually,
-    free_port,
-    start,
-    wait_for_port,
+    serving,
 )
 from .test_console import HOSTILE
 
@@ -47,30 +44,14 @@ if CHROMIUM is None:
 
 @pytest.fixture
 async def serve(runtime, dsn) -> AsyncIterator[str]:
-    port = free_port()
-    env = dispatcher_env(
-        runtime, dsn, port=str(port), host="127.0.0.1", max_attempts="3", retry_base_s="0.05"
-    )
-    proc = await start("serve", env)
-    try:
-        await wait_for_port(port, proc)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        await proc.wait()
+    env = dispatcher_env(runtime, dsn, max_attempts="3", retry_base_s="0.05")
+    async with serving("serve", env) as url:
+        yield url
 
 
 @pytest.fixture
 async def partner() -> AsyncIterator[Receiver]:
-    healthy = {"ok": False}
-
-    async def endpoint(request: web.Request, rx: Receiver) -> web.StreamResponse:
-        if healthy["ok"]:
-            return web.Response(status=204)
-        return web.Response(status=500, text=HOSTILE)
-
-    rx = await Receiver(behaviour=endpoint).start()
-    rx.state["healthy"] = healthy
+    rx = await failing_until_healthy(500, HOSTILE).start()
     yield rx
     await rx.stop()
 

@@ -5,28 +5,20 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from aiohttp import web
 
 from outbox.deadletters import DeadLetterFilter, replay_batch
 from outbox.dispatcher import running
 from outbox.models import EventId
-from outbox.tenants import create_tenant
 
-from .receiver import Receiver
-from .support import ADMIN, backlog, bearer, dispatcher, wait_drained
+from .receiver import failing_until_healthy
+from .support import ADMIN, bearer, dead_letters_of_two_tenants, dispatcher, wait_drained
 
 pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
 async def receiver():
-    healthy = {"ok": False}
-
-    async def endpoint(request: web.Request, rx: Receiver) -> web.StreamResponse:
-        return web.Response(status=204 if healthy["ok"] else 503)
-
-    rx = await Receiver(behaviour=endpoint).start()
-    rx.state["healthy"] = healthy
+    rx = await failing_until_healthy(503).start()
     yield rx
     await rx.stop()
 
@@ -34,14 +26,7 @@ async def receiver():
 @pytest.fixture
 async def dead(pool, runtime, receiver):
     """Three dead events of tenant A, two of tenant B."""
-    a, a_events = await backlog(pool, runtime, receiver.url, 3)
-    async with pool.acquire() as conn:
-        b = await create_tenant(conn, "b", runtime.secret_box)
-    _, b_events = await backlog(pool, runtime, receiver.url, 2, b)
-    async with running(dispatcher(runtime, pool)):
-        await wait_drained(pool)
-    assert await pool.fetchval("SELECT count(*) FROM dead_letters") == 5
-    return {"a": (a, a_events), "b": (b, b_events)}
+    return await dead_letters_of_two_tenants(pool, runtime, receiver.url)
 
 
 async def test_list_filter_and_paginate(client, dead) -> None:

@@ -21,20 +21,12 @@ from .support import (
     eventually,
     free_port,
     start,
+    submit_and_complete,
     wait_for_port,
 )
 
 # A dedicated PostgreSQL stopped and restarted, a storm of killed connections.
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
-
-
-async def _submit_and_complete(c: httpx.AsyncClient, key: str, url: str) -> str:
-    r = await c.post("/v1/tasks", json={"type": "t", "callbackUrl": url}, headers=bearer(key))
-    assert r.status_code == 202, r.text
-    task_id: str = r.json()["id"]
-    r = await c.post(f"/v1/tasks/{task_id}/complete", json={"status": "succeeded"}, headers=ADMIN)
-    assert r.status_code == 200, r.text
-    return task_id
 
 
 def _assert_unavailable(r: httpx.Response) -> None:
@@ -63,7 +55,7 @@ async def test_database_restart_mid_run(runtime, tmp_path: Path) -> None:
             r = await c.post("/v1/admin/tenants", json={"name": "outage"}, headers=ADMIN)
             key: str = r.json()["apiKey"]
             # Committed before the outage, failing at the receiver until after it.
-            before = [await _submit_and_complete(c, key, rx.url) for _ in range(5)]
+            before = [await submit_and_complete(c, key, rx.url) for _ in range(5)]
             await rx.wait_for(5)
 
             pg.stop()
@@ -87,7 +79,7 @@ async def test_database_restart_mid_run(runtime, tmp_path: Path) -> None:
 
             async def submitted() -> str | None:
                 try:
-                    return await _submit_and_complete(c, key, rx.url)
+                    return await submit_and_complete(c, key, rx.url)
                 except AssertionError:
                     return None
 
