@@ -738,6 +738,19 @@ events_gone AS (
 )
 SELECT count(*) FROM gone;
 
+-- name: purge_test_events
+-- Test events (no task) older than $1 that are finished: neither waiting in
+-- the outbox nor an unreplayed dead letter. Their attempt log goes by
+-- purge_attempts. Batches of $2.
+DELETE FROM events
+ WHERE event_id IN (
+    SELECT e.event_id FROM events e
+     WHERE e.task_id IS NULL AND e.created_at < $1
+       AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = e.event_id)
+       AND NOT EXISTS (SELECT 1 FROM dead_letters d
+                        WHERE d.event_id = e.event_id AND d.replayed_at IS NULL)
+     LIMIT $2);
+
 -- name: destination_urls
 -- Migration host_keys: every (callback URL, stored host key) pair still in use,
 -- so Python can compute each URL's canonical key once (SQL cannot do IDNA).

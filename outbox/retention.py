@@ -1,4 +1,4 @@
-"""Retention: old attempt logs and finished tasks are purged in small batches."""
+"""Retention: old attempt logs, finished tasks and test events are purged in small batches."""
 
 from __future__ import annotations
 
@@ -30,8 +30,11 @@ async def purge(
     attempts_older_than_s: float,
     tasks_older_than_s: float,
     max_batches: int = 10,
-) -> tuple[int, int]:
-    """Delete up to ``max_batches`` batches of each; returns (attempts, tasks) deleted.
+) -> tuple[int, int, int]:
+    """Delete up to ``max_batches`` batches of each; returns (attempts, tasks, test events).
+
+    Test events (``POST /v1/test-events``) belong to no task, so no task purge
+    takes them: they go with the attempt log's retention, which is theirs.
 
     Each batch is its own short transaction, so a large purge never becomes
     one long-running delete.
@@ -43,4 +46,7 @@ async def purge(
     tasks = await _purge(
         pool, store.purge_tasks, now - timedelta(seconds=tasks_older_than_s), max_batches
     )
-    return attempts, tasks
+    pings = await _purge(
+        pool, store.purge_test_events, now - timedelta(seconds=attempts_older_than_s), max_batches
+    )
+    return attempts, tasks, pings

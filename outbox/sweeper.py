@@ -58,7 +58,10 @@ async def run(
                     tasks_older_than_s=retention.tasks_s,
                 )
                 if any(purged):
-                    log.info("purged %d attempt rows and %d tasks past retention", *purged)
+                    log.info(
+                        "purged %d attempt rows, %d tasks and %d test events past retention",
+                        *purged,
+                    )
             n = await sweep_once(pool)
             if n:
                 log.info("timed out %d tasks", n)

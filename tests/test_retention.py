@@ -6,6 +6,8 @@ import pytest
 
 from outbox import retention
 from outbox.retention import purge
+from outbox.tenants import create_tenant
+from outbox.testevents import send_test_event
 
 from .support import backlog
 
@@ -40,7 +42,7 @@ async def test_purges_only_old_finished_rows(pool, runtime, monkeypatch) -> None
         await conn.execute(
             "UPDATE tasks SET delivery_status = 'dead' WHERE event_id = $1", events[4]
         )
-    attempts, tasks = await purge(
+    attempts, tasks, _ = await purge(
         pool, attempts_older_than_s=30 * 86400, tasks_older_than_s=90 * 86400
     )
     assert attempts == 4 and tasks == 5
@@ -49,4 +51,28 @@ async def test_purges_only_old_finished_rows(pool, runtime, monkeypatch) -> None
     assert [r["event_id"] for r in await pool.fetch("SELECT event_id FROM tasks")] == [events[5]]
     # A purged task's stored event goes with it.
     assert [r["event_id"] for r in await pool.fetch("SELECT event_id FROM events")] == [events[5]]
-    assert await purge(pool, attempts_older_than_s=1, tasks_older_than_s=1) == (0, 0)
+    assert await purge(pool, attempts_older_than_s=1, tasks_older_than_s=1) == (0, 0, 0)
+
+
+async def test_purges_finished_old_test_events_only(pool, runtime) -> None:
+    async with pool.acquire() as conn:
+        tenant = await create_tenant(conn, "pings", runtime.secret_box)
+        sent = [await send_test_event(conn, tenant.id, "http://127.0.0.1:9/h") for _ in range(4)]
+        # 0 and 1 delivered long ago, 2 dead long ago (still replayable), 3 old but still waiting.
+        await conn.execute(
+            "UPDATE events SET created_at = now() - interval '40 days' WHERE task_id IS NULL"
+        )
+        await conn.execute(
+            """
+            INSERT INTO dead_letters (event_id, tenant_id, task_id, event_type, callback_url,
+                                      host, body, created_at, attempts)
+            SELECT o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url, o.host,
+                   e.body, o.created_at, 1
+              FROM outbox o JOIN events e USING (event_id) WHERE o.event_id = $1""",
+            sent[2],
+        )
+        await conn.execute("DELETE FROM outbox WHERE event_id = ANY($1::text[])", sent[:3])
+    *_, pings = await purge(pool, attempts_older_than_s=30 * 86400, tasks_older_than_s=1)
+    assert pings == 2
+    left = {r["event_id"] for r in await pool.fetch("SELECT event_id FROM events")}
+    assert left == {sent[2], sent[3]}

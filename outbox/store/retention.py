@@ -11,6 +11,7 @@ from ..models import TERMINAL_STATUSES
 
 _PURGE_ATTEMPTS = sql("purge_attempts")
 _PURGE_TASKS = sql("purge_tasks")
+_PURGE_TEST_EVENTS = sql("purge_test_events")
 
 
 def _count(status: str) -> int:
@@ -26,3 +27,8 @@ async def purge_tasks(conn: asyncpg.Connection, *, before: datetime, limit: int)
     """Delete up to ``limit`` terminal tasks completed before ``before``, event not pending."""
     deleted: int = await conn.fetchval(_PURGE_TASKS, before, limit, TERMINAL_STATUSES)
     return deleted
+
+
+async def purge_test_events(conn: asyncpg.Connection, *, before: datetime, limit: int) -> int:
+    """Delete up to ``limit`` finished test events (no task) created before ``before``."""
+    return _count(await conn.execute(_PURGE_TEST_EVENTS, before, limit))
