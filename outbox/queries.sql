@@ -678,7 +678,7 @@ replayed_at IS NULL
 -- name: list_dead_letters
 -- Keyset on (failed_at, event_id) after the cursor ($8, $9); $10 = page size.
 SELECT event_id, tenant_id, task_id, event_type, callback_url, created_at, failed_at, attempts,
-       last_error, last_status_code, replay_count, replayed_at, replayed_by
+       last_error, last_status_code, replay_count, replayed_at, replayed_by, {{_error_class}}
   FROM dead_letters
  WHERE {{_dead_filter}}
    AND ($8::timestamptz IS NULL OR (failed_at, event_id) > ($8, $9::text))
@@ -687,7 +687,7 @@ SELECT event_id, tenant_id, task_id, event_type, callback_url, created_at, faile
 
 -- name: get_dead_letter
 SELECT event_id, tenant_id, task_id, event_type, callback_url, created_at, failed_at, attempts,
-       last_error, last_status_code, replay_count, replayed_at, replayed_by
+       last_error, last_status_code, replay_count, replayed_at, replayed_by, {{_error_class}}
   FROM dead_letters
  WHERE event_id = $1;
 

@@ -57,6 +57,8 @@ class DeadLetter:
     replay_count: int
     replayed_at: datetime | None
     replayed_by: str | None
+    # From the stored status and error, by the same SQL the error-class filter uses.
+    error_class: ErrorClass
 
 
 async def list_dead_letters(

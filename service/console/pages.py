@@ -102,7 +102,7 @@ async def dead_letters(
             conn, flt, after=(cursor.updated_at, cursor.id) if cursor else None, limit=100
         )
     rows = [
-        {"letter": d, "failed": when(d.failed_at), "error_class": _classify(d)} for d in letters
+        {"letter": d, "failed": when(d.failed_at), "error_class": d.error_class} for d in letters
     ]
     return page(
         request,
@@ -115,24 +115,6 @@ async def dead_letters(
         preview=preview,
         reason=reason,
     )
-
-
-def _classify(letter: Any) -> str:
-    code, error = letter.last_status_code, (letter.last_error or "")
-    if code is not None and 400 <= code <= 599:
-        return "http_4xx" if code < 500 else "http_5xx"
-    low = error.lower()
-    if error.startswith(("destination refused:", "invalid callback URL:")):
-        return "blocked"
-    for cls, needles in (
-        ("timeout", ("timed out", "timeout")),
-        ("dns", ("dns", "resolv", "getaddrinfo", "name or service not known")),
-        ("tls", ("ssl", "tls", "certificate")),
-        ("connect", ("connect", "disconnect", "reset", "refused")),
-    ):
-        if any(n in low for n in needles):
-            return cls
-    return "other"
 
 
 async def preview_replay(request: Request) -> Response:
