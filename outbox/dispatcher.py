@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 import asyncpg
 
 from . import ids
+from .ahead import AheadQueues
 from .circuit import BreakerPolicy, take_probes
 from .crypto import SecretBox
 from .db import TRANSIENT_ERRORS
@@ -34,7 +35,7 @@ from .localfaults import DEFER_S, FaultReporter
 from .masterkey import key_matches
 from .recorder import Recorder
 from .retry import RetryPolicy
-from .scheduler import HOLD_S, Caps, InFlight, allocate, held_hosts, still_due
+from .scheduler import HOLD_S, Caps, InFlight, Lane, ahead, allocate, held_hosts, still_due
 from .signing import Signer
 from .ssrf import AddressPolicy
 from .store import OUTBOX_CHANNEL, delivery
@@ -114,6 +115,16 @@ class Dispatcher:
         self._next_probe_check = 0.0
         self._faults = FaultReporter(self.counters)
         self._lanes: list[DueLane] = []  # the last look at the due lanes, less what was taken
+        # Rows leased ahead of a free slot (outbox.ahead): up to twice a host's cap,
+        # as one burst of replies can free a whole cap's worth while the next
+        # claim is out; each sent within half the lease's slack beyond one
+        # attempt's deadline, so its attempt ends well inside its lease.
+        slack = config.lease_s - config.limits.total_timeout_s
+        self._ahead = AheadQueues(
+            2 * config.per_host_concurrency if slack > 0 else 0, max(0.0, slack / 2)
+        )
+        self._delivered_on: set[Lane] = set()  # lanes that delivered since the last round
+        self._refill = False  # a lane's rows ahead ran low
 
     # ------------------------------------------------------------ lifecycle
 
@@ -132,10 +143,14 @@ class Dispatcher:
         try:
             while not self._stopping.is_set():
                 free = self._free_slots()
+                await self._release(self._ahead.expired(time.monotonic()))
                 if free > 0 and (
-                    self._looked or self._freed >= self._low_water or not self._in_flight
+                    self._looked
+                    or self._refill
+                    or self._freed >= self._low_water
+                    or not self._in_flight
                 ):
-                    look, self._looked, self._freed = self._looked, False, 0
+                    look, self._looked, self._freed, self._refill = self._looked, False, 0, False
                     try:
                         full = await self._claim_round(look)
                     except TRANSIENT_ERRORS as exc:
@@ -182,6 +197,7 @@ class Dispatcher:
         leftovers = [e for e, t in self._in_flight.values() if not t.done()]
         for _, t in self._in_flight.values():
             t.cancel()
+        leftovers += self._ahead.clear()
         await self._release(leftovers)
 
     # --------------------------------------------------------------- claims
@@ -208,21 +224,35 @@ class Dispatcher:
                         conn, host=host, lease_s=lease_s, owner=owner, token=token
                     )
                     self.counters["probes"] += 1
-            upto = self.config.per_host_concurrency
+            upto = self.config.per_host_concurrency + self._ahead.depth
             lanes = self._lanes
             if look or not lanes:
                 lanes = await delivery.due_lanes(conn, upto=upto)
                 if behind_open := held_hosts(lanes):
                     await delivery.hold_lanes(conn, hosts=behind_open, hold_s=HOLD_S)
-            grants = allocate(lanes, self._flight, self.config.caps, batch=self.config.batch_size)
+            caps = self.config.caps
+            before = Counter(self._flight.lanes)
+            grants = allocate(lanes, self._flight, caps, batch=self.config.batch_size)
+            extra = ahead(
+                lanes,
+                grants,
+                self._flight,
+                caps,
+                waiting=self._ahead.waiting(),
+                flowing=self._delivered_on,
+                depth=self._ahead.depth,
+            )
+            self._delivered_on = set()
+            asked = Counter(grants) + Counter(extra)
             claimed = await delivery.claim_lanes(
                 conn,
-                lanes=[(h, t, n) for (h, t), n in grants.items()],
+                lanes=[(h, t, n) for (h, t), n in asked.items()],
                 lease_s=lease_s,
                 owner=owner,
                 token=token,
             )
-            self._lanes = still_due(lanes, grants, claimed, upto=upto)
+            self._lanes = still_due(lanes, asked, claimed, upto=upto)
+            probes = len(rows)
             rows += claimed
             full = sum(grants.values()) >= self.config.batch_size
             if not rows:
@@ -235,7 +265,14 @@ class Dispatcher:
             own_key_ok = len(signers) == len(tenants) or await key_matches(conn, self._box)
         self.counters["claimed"] += len(rows)
         held: list[ClaimedEvent] = []
-        for event in rows:
+        now = time.monotonic()
+        # Each lane starts what its grant allows, plus the slots it freed while
+        # the claim was out (found nothing waiting ahead); the rest of its rows
+        # wait ahead. Probes are not part of any grant: they always start.
+        startable = Counter(grants)
+        for lane, n in before.items():
+            startable[lane] += max(0, n - self._flight.lanes[lane])
+        for i, event in enumerate(rows):
             signer = signers.get(event.tenant_id)
             if signer is None and not own_key_ok:
                 held.append(event)
@@ -246,9 +283,14 @@ class Dispatcher:
                 )
                 self.counters["undecryptable"] += 1
                 continue
+            lane = (event.host, event.tenant_id)
+            if i >= probes and startable[lane] <= 0:
+                self._ahead.put(event, signer, now)
+                self.counters["claimed_ahead"] += 1
+                continue
+            startable[lane] -= 1
             self._flight.add(event.host, event.tenant_id)
-            task = asyncio.create_task(self._deliver(event, signer))
-            self._in_flight[event.id] = (event, task)
+            self._launch(event, signer)
         if held:
             log.error(
                 "this process's master key (id %s) no longer matches the database's; "
@@ -277,6 +319,10 @@ class Dispatcher:
 
     # ------------------------------------------------------------- delivery
 
+    def _launch(self, event: ClaimedEvent, signer: Signer) -> None:
+        task = asyncio.create_task(self._deliver(event, signer))
+        self._in_flight[event.id] = (event, task)
+
     async def _deliver(self, event: ClaimedEvent, signer: Signer) -> None:
         try:
             try:
@@ -296,6 +342,8 @@ class Dispatcher:
                 await self._give_back(event, LocalFault("bug", f"{type(exc).__name__}: {exc}"))
                 return
             self.recorder.add(result)
+            if result.outcome == "delivered":
+                self._delivered_on.add((event.host, event.tenant_id))
             log.debug(
                 "attempt %s",
                 result.outcome,
@@ -303,10 +351,24 @@ class Dispatcher:
             )
         finally:
             self._in_flight.pop(event.id, None)
-            self._flight.remove(event.host, event.tenant_id)
-            self._freed += 1
-            if self._freed >= self._low_water or not self._in_flight:
+            self._next(event)
+
+    def _next(self, done: ClaimedEvent) -> None:
+        """A slot came free: the lane's next row waiting ahead takes it, if any."""
+        lane = (done.host, done.tenant_id)
+        # Stopping: nothing new starts; _drain gives the waiting rows back.
+        waiting = None if self._stopping.is_set() else self._ahead.take(lane, time.monotonic())
+        if waiting is not None:
+            # Same lane, so the lane, host and tenant counts stay as they are.
+            self._launch(waiting.event, waiting.signer)
+            if self._ahead.low(lane) and not self._refill:
+                self._refill = True
                 self._wake.set()
+            return
+        self._flight.remove(done.host, done.tenant_id)
+        self._freed += 1
+        if self._freed >= self._low_water or not self._in_flight:
+            self._wake.set()
 
     async def _give_back(self, event: ClaimedEvent, fault: LocalFault) -> None:
         """Our fault, not the receiver's: the row goes back unspent (``outbox.localfaults``)."""

@@ -267,8 +267,9 @@ SELECT l.host, l.tenant_id, d.oldest, d.n, COALESCE(dest.state, 'closed') AS sta
 -- name: claim_lanes
 -- Scheduler, step 2: lease, in each lane ($1 hosts, $2 tenants, $3 counts), at
 -- most its count of due rows, oldest first, for $4 seconds under token $6,
--- owner $5. The counts are the lanes' free slots (outbox/scheduler.py), so a
--- claim takes only what can start at once: nothing is leased to be given back.
+-- owner $5. The counts are the lanes' free slots (outbox/scheduler.py), plus for
+-- a busy lane alone on its host a few rows to start as its slots free
+-- (outbox/ahead.py): nothing is leased to be given back.
 -- FOR UPDATE SKIP LOCKED (inside each lane's window): concurrent dispatchers
 -- each take disjoint rows at once instead of queueing on each other's row
 -- locks; the lease, not the row lock, holds the claim after this short

@@ -4,7 +4,10 @@ Work is split into lanes, one per (host, tenant): the outbox index keeps each
 lane's rows together in due order (``outbox_lane_due``), so a claim round reads
 the lanes that have due rows (``store.delivery.due_lanes``), hands out slots
 here, and leases at most that many rows per lane (``claim_lanes``). A claim
-takes only what can start: nothing is leased to be given back.
+takes only what can start: nothing is leased to be given back. A busy lane
+whose freed slots nobody else could take also leases a few rows ahead
+(:func:`ahead`, ``outbox.ahead``); they only ever take that lane's own freed
+slots, so none of the rules below changes.
 
 The rules of one round, over the lanes with due rows whose circuit is closed:
 
@@ -33,7 +36,7 @@ many slots another tenant's stuck hosts hold.
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -136,6 +139,58 @@ def allocate(
                 break
         # A tenant none of whose lanes fit drops out: grants only shrink room.
     return dict(grants)
+
+
+def ahead(
+    lanes: Sequence[DueLane],
+    grants: Mapping[Lane, int],
+    flight: InFlight,
+    caps: Caps,
+    *,
+    waiting: Mapping[Lane, int],
+    flowing: Set[Lane],
+    depth: int,
+) -> dict[Lane, int]:
+    """Rows to lease ahead of a free slot for each lane (``outbox.ahead``).
+
+    Only for a lane whose freed slots no other lane could take: the only lane
+    with due rows on its host, that host full after this round's grants, its
+    tenant and the whole process well under their caps (short of the reserve
+    by the rows waiting ahead too), and that has delivered since the last round
+    (a hanging or failing host gets nothing ahead). Anyone else with due rows
+    thus takes freed slots exactly as before: the rows waiting ahead of a lane
+    only ever replace that lane's own deliveries, at most ``depth`` of them
+    after a look at the lanes shows a newcomer on their host.
+    """
+    open_lanes = [x for x in lanes if x.state == "closed"]
+    on_host = Counter(x.host for x in open_lanes)
+    tenant_cap = caps.per_tenant if len({x.tenant_id for x in open_lanes}) > 1 else caps.total
+    granted_tenant: Counter[str] = Counter()
+    for (_, tenant), n in grants.items():
+        granted_tenant[tenant] += n
+    waiting_tenant: Counter[str] = Counter()
+    for (_, tenant), n in waiting.items():
+        waiting_tenant[tenant] += n
+    busy = flight.total + sum(grants.values()) + sum(waiting.values())
+    out: dict[Lane, int] = {}
+    for x in open_lanes:
+        key, t = (x.host, x.tenant_id), x.tenant_id
+        if on_host[x.host] > 1 or key not in flowing:
+            continue
+        if flight.hosts[x.host] + grants.get(key, 0) < caps.per_host:
+            continue  # free slots on the host: they are claimed as such
+        tenant_busy = flight.tenants[t] + granted_tenant[t] + waiting_tenant[t]
+        room = depth - waiting.get(key, 0)
+        if busy + room > caps.total - _reserve(caps.total):
+            continue
+        if tenant_busy + room > tenant_cap - _reserve(tenant_cap):
+            continue
+        n = min(room, x.due - grants.get(key, 0))
+        if n > 0:
+            out[key] = n
+            busy += n
+            waiting_tenant[t] += n
+    return out
 
 
 def still_due(

@@ -15,7 +15,7 @@ from outbox.dispatcher import running
 from outbox.store import delivery
 
 from .receiver import Receiver
-from .support import backlog, dispatcher, wait_drained
+from .support import backlog, dispatcher, eventually, wait_drained
 
 pytestmark = pytest.mark.anyio
 
@@ -59,7 +59,9 @@ class Blackhole:
         self._server.close()
 
 
-async def test_one_host_claims_only_what_can_start(pool, runtime, receiver) -> None:
+async def test_one_host_claims_each_row_once_and_keeps_its_slots_busy(
+    pool, runtime, receiver
+) -> None:
     in_flight = {"now": 0, "peak": 0}
 
     async def slowish(request: web.Request, rx: Receiver) -> web.StreamResponse:
@@ -73,10 +75,31 @@ async def test_one_host_claims_only_what_can_start(pool, runtime, receiver) -> N
     await backlog(pool, runtime, receiver.url, 400)
     async with running(dispatcher(runtime, pool)) as d:
         await wait_drained(pool, timeout=60)
-    # Default caps: 20 to one host. Every row claimed was delivered, none given back.
+    # Default caps: 20 to one host. Every row claimed was delivered, none given back;
+    # once the lane delivered, rows were leased ahead to take its freed slots at once.
     assert d.counters["delivered"] == d.counters["claimed"] == 400
     assert d.counters["released"] == 0
+    assert d.counters["claimed_ahead"] > 0
     assert in_flight["peak"] <= 20
+
+
+async def test_rows_waiting_ahead_are_given_back_at_shutdown(pool, runtime, receiver) -> None:
+    async def steady(request: web.Request, rx: Receiver) -> web.StreamResponse:
+        await asyncio.sleep(0.02)
+        return web.Response(status=204)
+
+    receiver.behaviour = steady
+    await backlog(pool, runtime, receiver.url, 400)
+    d = dispatcher(runtime, pool)
+    async with running(d):
+        await eventually(lambda: d.counters["claimed_ahead"] > 0)
+    # Stopped with rows waiting ahead: they went back unspent, nothing stays leased.
+    assert d.counters["released"] > 0
+    leased = await pool.fetchval("SELECT count(*) FROM outbox WHERE lease_token IS NOT NULL")
+    assert leased == 0
+    attempts = await pool.fetchval("SELECT count(*) FROM delivery_attempts")
+    left = await pool.fetchval("SELECT count(*) FROM outbox WHERE attempts = 0")
+    assert attempts == d.counters["delivered"] and attempts + left == 400
 
 
 async def test_hanging_hosts_of_one_tenant_do_not_starve_another(pool, runtime, receiver) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from outbox.models import CircuitState, TenantId
-from outbox.scheduler import Caps, InFlight, allocate, held_hosts
+from outbox.scheduler import Caps, InFlight, ahead, allocate, held_hosts
 from outbox.store.delivery import DueLane
 
 DEFAULTS = Caps(total=200, per_host=20, per_tenant=50)
@@ -111,3 +111,50 @@ def test_lanes_stay_in_view_while_they_give_all_that_was_asked() -> None:
     claimed = [event("busy", "t")] * 4 + [event("few", "t")] * 2 + [event("dry", "t")]
     left = still_due(lanes, grants, claimed, upto=20)
     assert [(x.host, x.due) for x in left] == [("busy", 20), ("few", 3)]
+
+
+def ahead_of(lanes, flight, grants, *, waiting=None, flowing=None, depth=40):
+    flowing = {(x.host, x.tenant_id) for x in lanes} if flowing is None else flowing
+    return ahead(
+        lanes, grants, flight, DEFAULTS, waiting=waiting or {}, flowing=flowing, depth=depth
+    )
+
+
+def test_a_busy_lane_alone_on_its_full_host_claims_ahead() -> None:
+    busy = running(("a", "t", 15))
+    grants = allocate([lane("a", "t", due=60)], busy, DEFAULTS, batch=200)
+    assert grants == {("a", "t"): 5}
+    assert ahead_of([lane("a", "t", due=60)], busy, grants) == {("a", "t"): 40}
+    # Never more than the lane has due, nor beyond the depth with what already waits.
+    assert ahead_of([lane("a", "t", due=12)], busy, grants) == {("a", "t"): 7}
+    assert ahead_of([lane("a", "t", due=60)], busy, grants, waiting={("a", "t"): 30}) == {
+        ("a", "t"): 10
+    }
+
+
+def test_nothing_ahead_while_the_host_has_free_slots_or_the_lane_is_not_delivering() -> None:
+    busy = running(("a", "t", 10))
+    assert ahead_of([lane("a", "t")], busy, {("a", "t"): 5}) == {}
+    full = running(("a", "t", 20))
+    assert ahead_of([lane("a", "t", due=60)], full, {}, flowing=set()) == {}
+
+
+def test_nothing_ahead_on_a_host_another_lane_is_waiting_for() -> None:
+    # Its freed slots are the other lane's turn: the host's rows take turns.
+    full = running(("a", "x", 20))
+    assert ahead_of([lane("a", "x", due=60), lane("a", "y", due=60)], full, {}) == {}
+
+
+def test_nothing_ahead_when_the_slots_could_serve_another_tenant() -> None:
+    # Tenant x holds two full hosts and others wait: 40 more would pass its share.
+    full = running(("a", "x", 20), ("b", "x", 20))
+    lanes = [lane("a", "x", due=60), lane("b", "x", due=60), lane("c", "y")]
+    assert ahead_of(lanes, full, {("c", "y"): 20}) == {}
+    # Under its share with room to spare, it may.
+    one = running(("a", "x", 20))
+    got = ahead_of([lane("a", "x", due=60), lane("c", "y")], one, {("c", "y"): 20}, depth=10)
+    assert got == {("a", "x"): 10}
+    # The whole process near its cap: the reserve is kept.
+    crowd = running(*((f"h{i}", "x", 20) for i in range(8)))
+    lanes = [lane(f"h{i}", "x", due=60) for i in range(8)]
+    assert sum(ahead_of(lanes, crowd, {}).values()) <= 180 - 160
