@@ -1,8 +1,9 @@
 """Progress reports, which are also the executor's heartbeat.
 
-``report_progress`` runs on the caller's connection, inside the executor's own
-transaction if it has one: the report, the new version and the wake-up of the
-task's watchers commit with the executor's work or not at all. A running task
+``report_progress`` runs on the caller's connection (any driver
+``outbox.transitions`` takes), inside the executor's own transaction if it has
+one: the report, the new version and the wake-up of the task's watchers commit
+with the executor's work or not at all. A running task
 whose executor stops reporting for ``heartbeatTimeoutSeconds`` is timed out by
 the sweeper (``outbox.sweeper``), as when a killed process never reaches its
 ``finally``.
@@ -11,12 +12,16 @@ the sweeper (``outbox.sweeper``), as when a killed process never reaches its
 from __future__ import annotations
 
 import math
-
-import asyncpg
+from typing import TYPE_CHECKING
 
 from .errors import InvalidTransition, ProgressBackwards, TaskNotFound
 from .models import Task
 from .store import tasks
+from .store.drivers import run
+from .store.steps import Plan
+
+if TYPE_CHECKING:
+    from .transitions import Connection
 
 MAX_MESSAGE = 1000
 
@@ -37,8 +42,35 @@ def check_progress(percent: object, message: object) -> tuple[float, str | None]
     return float(percent), message
 
 
+def progress_plan(
+    task_id: str,
+    percent: float,
+    message: str | None = None,
+    *,
+    tenant_id: str | None = None,
+) -> Plan[Task]:
+    """The report as a plan; ValueError at once for a bad ``percent`` or ``message``."""
+    percent, message = check_progress(percent, message)
+    return _report(task_id, percent, message, tenant_id)
+
+
+def _report(task_id: str, percent: float, message: str | None, tenant_id: str | None) -> Plan[Task]:
+    task: Task | None = yield tasks.progress_step(
+        task_id=task_id, percent=percent, message=message, tenant_id=tenant_id
+    )
+    if task is None:
+        current: Task | None = yield tasks.get_step(task_id=task_id, tenant_id=tenant_id)
+        if current is None:
+            raise TaskNotFound(task_id)
+        if current.status != "running":
+            raise InvalidTransition(task_id, current)
+        raise ProgressBackwards(task_id, current)
+    yield tasks.notify_task_step(task_id=task.id)
+    return task
+
+
 async def report_progress(
-    conn: asyncpg.Connection,
+    conn: Connection,
     task_id: str,
     percent: float,
     message: str | None = None,
@@ -51,17 +83,4 @@ async def report_progress(
     running; :class:`ProgressBackwards` if ``percent`` is below the last report.
     Both carry the task as it is now.
     """
-    percent, message = check_progress(percent, message)
-    async with conn.transaction():
-        task = await tasks.report_progress(
-            conn, task_id=task_id, percent=percent, message=message, tenant_id=tenant_id
-        )
-        if task is None:
-            current = await tasks.get_task(conn, task_id=task_id, tenant_id=tenant_id)
-            if current is None:
-                raise TaskNotFound(task_id)
-            if current.status != "running":
-                raise InvalidTransition(task_id, current)
-            raise ProgressBackwards(task_id, current)
-        await tasks.notify_task(conn, task_id=task.id)
-    return task
+    return await run(conn, progress_plan(task_id, percent, message, tenant_id=tenant_id))

@@ -3,7 +3,10 @@
 Every function takes the caller's connection and runs inside a transaction on
 it (a savepoint if the caller already opened one), so the status change, the
 outbox row and the NOTIFY commit together with the caller's own work or not at
-all.
+all. The connection may be asyncpg's, psycopg 3's ``AsyncConnection`` or a
+SQLAlchemy ``AsyncConnection``/``AsyncSession`` (``outbox.sync`` has the same
+functions for sync connections). Each change is written once, as a plan
+(``outbox.store.steps``) that the store's drivers run on any of them.
 """
 
 from __future__ import annotations
@@ -11,25 +14,37 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, Literal
-
-import asyncpg
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from . import ids
 from .errors import InvalidTransition, TaskNotFound
 from .hostkey import host_key
 from .models import LIVE_STATUSES, TERMINAL_STATUSES, EventId, Task, TaskStatus, TerminalStatus, iso
 from .store import events, tasks
+from .store.drivers import run
+from .store.steps import Plan, Step
+
+if TYPE_CHECKING:
+    import asyncpg
+    import psycopg
+    from sqlalchemy.ext.asyncio import AsyncConnection as SAConnection
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    Connection: TypeAlias = (
+        asyncpg.Connection | psycopg.AsyncConnection[Any] | SAConnection | AsyncSession
+    )
 
 __all__ = [
     "TERMINAL_STATUSES",
     "TerminalStatus",
     "cancel_task",
     "complete_task",
+    "complete_plan",
     "destination_host",
-    "enqueue_event",
     "event_body",
+    "start_plan",
     "start_task",
+    "timeout_plan",
     "timeout_task",
 ]
 
@@ -56,11 +71,10 @@ def event_body(task: Task) -> str:
     return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
 
 
-async def enqueue_event(conn: asyncpg.Connection, task: Task) -> None:
-    """Write the outbox row for ``task``'s terminal event and wake dispatchers."""
+def event_step(task: Task) -> Step:
+    """The outbox row for ``task``'s terminal event (dispatchers wake at the NOTIFY)."""
     assert task.event_id is not None
-    await events.insert_outbox(
-        conn,
+    return events.insert_outbox_step(
         event_id=task.event_id,
         tenant_id=task.tenant_id,
         task_id=task.id,
@@ -71,8 +85,7 @@ async def enqueue_event(conn: asyncpg.Connection, task: Task) -> None:
     )
 
 
-async def _transition(
-    conn: asyncpg.Connection,
+def _transition(
     task_id: str,
     status: TaskStatus,
     allowed_from: Sequence[TaskStatus],
@@ -80,82 +93,58 @@ async def _transition(
     result: Any = None,
     error: Any = None,
     tenant_id: str | None = None,
-) -> Task:
+) -> Plan[Task]:
     terminal = status in TERMINAL_STATUSES
     new_event = EventId(ids.event_id()) if terminal else None
-    async with conn.transaction():
-        task = await tasks.transition_task(
-            conn,
-            task_id=task_id,
-            status=status,
-            allowed_from=allowed_from,
-            result=result,
-            error=error,
-            event_id=new_event,
-            tenant_id=tenant_id,
-        )
-        if task is None:
-            current = await tasks.get_task(conn, task_id=task_id, tenant_id=tenant_id)
-            if current is None:
-                raise TaskNotFound(task_id)
-            raise InvalidTransition(task_id, current)
-        if terminal:
-            await enqueue_event(conn, task)
-        await events.notify(conn, task_id=task.id)
+    task: Task | None = yield tasks.transition_step(
+        task_id=task_id,
+        status=status,
+        allowed_from=allowed_from,
+        result=result,
+        error=error,
+        event_id=new_event,
+        tenant_id=tenant_id,
+    )
+    if task is None:
+        current: Task | None = yield tasks.get_step(task_id=task_id, tenant_id=tenant_id)
+        if current is None:
+            raise TaskNotFound(task_id)
+        raise InvalidTransition(task_id, current)
+    if terminal:
+        yield event_step(task)
+    yield events.notify_step(task_id=task.id)
     return task
 
 
-async def start_task(conn: asyncpg.Connection, task_id: str) -> Task:
+def start_plan(task_id: str) -> Plan[Task]:
     """queued → running."""
-    return await _transition(conn, task_id, "running", ["queued"])
+    return _transition(task_id, "running", ["queued"])
 
 
-async def complete_task(
-    conn: asyncpg.Connection,
+def complete_plan(
     task_id: str,
     status: TerminalStatus,
     result: Any = None,
     error: Any = None,
     *,
     tenant_id: str | None = None,
-) -> Task:
-    """Move a live task to a terminal ``status`` and enqueue its webhook event.
-
-    Raises :class:`TaskNotFound`, or :class:`InvalidTransition` (carrying the
-    current task) if it is already terminal; nothing is written then.
-    """
+) -> Plan[Task]:
+    """A live task → terminal ``status``, with its webhook event (ValueError at once
+    for a status that is not terminal)."""
     if status not in TERMINAL_STATUSES:
         raise ValueError(f"{status!r} is not a terminal status")
-    return await _transition(
-        conn,
-        task_id,
-        status,
-        LIVE_STATUSES,
-        result=result,
-        error=error,
-        tenant_id=tenant_id,
+    return _transition(
+        task_id, status, LIVE_STATUSES, result=result, error=error, tenant_id=tenant_id
     )
-
-
-async def cancel_task(
-    conn: asyncpg.Connection, task_id: str, *, tenant_id: str | None = None
-) -> Task:
-    """→ cancelled, with a ``task.cancelled`` event."""
-    return await complete_task(conn, task_id, "cancelled", tenant_id=tenant_id)
 
 
 TimeoutReason = Literal["deadline", "heartbeat"]
 
 
-async def timeout_task(
-    conn: asyncpg.Connection, task_id: str, reason: TimeoutReason = "deadline"
-) -> Task:
-    """→ timed_out, with a ``task.timed_out`` event.
-
-    The task's ``onTimeout`` default (``{result?, error?}``), if it has one, is
-    written onto it; otherwise an error saying which deadline passed.
-    """
-    current = await tasks.get_task(conn, task_id=task_id)
+def timeout_plan(task_id: str, reason: TimeoutReason = "deadline") -> Plan[Task]:
+    """→ timed_out: the task's ``onTimeout`` default if it has one, else an error
+    saying which deadline passed."""
+    current: Task | None = yield tasks.get_step(task_id=task_id)
     default = current.on_timeout if current is not None else None
     if isinstance(default, dict):
         result, error = default.get("result"), default.get("error")
@@ -177,4 +166,40 @@ async def timeout_task(
                 "message": "no result before the task's deadline",
             },
         )
-    return await complete_task(conn, task_id, "timed_out", result=result, error=error)
+    return (yield from complete_plan(task_id, "timed_out", result=result, error=error))
+
+
+async def start_task(conn: Connection, task_id: str) -> Task:
+    """queued → running."""
+    return await run(conn, start_plan(task_id))
+
+
+async def complete_task(
+    conn: Connection,
+    task_id: str,
+    status: TerminalStatus,
+    result: Any = None,
+    error: Any = None,
+    *,
+    tenant_id: str | None = None,
+) -> Task:
+    """Move a live task to a terminal ``status`` and enqueue its webhook event.
+
+    Raises :class:`TaskNotFound`, or :class:`InvalidTransition` (carrying the
+    current task) if it is already terminal; nothing is written then.
+    """
+    return await run(conn, complete_plan(task_id, status, result, error, tenant_id=tenant_id))
+
+
+async def cancel_task(conn: Connection, task_id: str, *, tenant_id: str | None = None) -> Task:
+    """→ cancelled, with a ``task.cancelled`` event."""
+    return await complete_task(conn, task_id, "cancelled", tenant_id=tenant_id)
+
+
+async def timeout_task(conn: Connection, task_id: str, reason: TimeoutReason = "deadline") -> Task:
+    """→ timed_out, with a ``task.timed_out`` event.
+
+    The task's ``onTimeout`` default (``{result?, error?}``), if it has one, is
+    written onto it; otherwise an error saying which deadline passed.
+    """
+    return await run(conn, timeout_plan(task_id, reason))

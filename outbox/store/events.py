@@ -10,6 +10,7 @@ import asyncpg
 
 from .._queries import sql
 from ..models import Attempt, EventId, TaskId, TestEventStatus
+from .steps import Step
 
 OUTBOX_CHANNEL = "hookrelay_outbox"
 TASKS_CHANNEL = "hookrelay_tasks"
@@ -23,6 +24,23 @@ _TEST_EVENT_STATE = sql("test_event_state")
 _EVENT_BODY = sql("event_body")
 
 
+def insert_outbox_step(
+    *,
+    event_id: EventId,
+    tenant_id: str,
+    task_id: TaskId | None,
+    event_type: str,
+    callback_url: str,
+    host: str,
+    body: str,
+) -> Step:
+    """A new event, due now: stored once in ``events``, queued in ``outbox``;
+    ``task_id`` None for a test event, which has no task."""
+    return Step(
+        _INSERT_OUTBOX, (event_id, tenant_id, task_id, event_type, callback_url, host, body)
+    )
+
+
 async def insert_outbox(
     conn: asyncpg.Connection,
     *,
@@ -34,11 +52,17 @@ async def insert_outbox(
     host: str,
     body: str,
 ) -> None:
-    """A new event, due now: stored once in ``events``, queued in ``outbox``;
-    ``task_id`` None for a test event, which has no task."""
-    await conn.execute(
-        _INSERT_OUTBOX, event_id, tenant_id, task_id, event_type, callback_url, host, body
+    """As :func:`insert_outbox_step`, on an asyncpg connection."""
+    step = insert_outbox_step(
+        event_id=event_id,
+        tenant_id=tenant_id,
+        task_id=task_id,
+        event_type=event_type,
+        callback_url=callback_url,
+        host=host,
+        body=body,
     )
+    await conn.execute(step.sql, *step.args)
 
 
 async def event_body(conn: asyncpg.Connection, *, event_id: EventId) -> str | None:
@@ -47,9 +71,15 @@ async def event_body(conn: asyncpg.Connection, *, event_id: EventId) -> str | No
     return body
 
 
-async def notify(conn: asyncpg.Connection, *, task_id: str = "") -> None:
+def notify_step(*, task_id: str = "") -> Step:
     """Wake dispatchers, and the watchers of ``task_id``, when the transaction commits."""
-    await conn.execute(_NOTIFY, task_id, OUTBOX_CHANNEL, TASKS_CHANNEL)
+    return Step(_NOTIFY, (task_id, OUTBOX_CHANNEL, TASKS_CHANNEL))
+
+
+async def notify(conn: asyncpg.Connection, *, task_id: str = "") -> None:
+    """As :func:`notify_step`, on an asyncpg connection."""
+    step = notify_step(task_id=task_id)
+    await conn.execute(step.sql, *step.args)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,9 @@
-"""Task rows: insert, lookup, the guarded transition, the listing, idempotency keys."""
+"""Task rows: insert, lookup, the guarded transition, the listing, idempotency keys.
+
+The statements an executor's transaction runs (lookup, transition, progress and
+its NOTIFY) are also offered as :class:`~.steps.Step` values, for the plans of
+``outbox.transitions`` and ``outbox.progress`` to run on any driver.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from .._queries import sql
 from ..errors import IdempotencyInFlight
 from ..models import LIVE_STATUSES, EventId, Task, TaskId, TaskStatus, TenantId
 from .events import TASKS_CHANNEL
+from .steps import Step
 
 _INSERT_TASK = sql("insert_task")
 _GET_TASK = sql("get_task")
@@ -61,10 +67,15 @@ async def insert_task(
     return Task.from_row(row)
 
 
+def get_step(*, task_id: str, tenant_id: str | None = None) -> Step:
+    """The task, or None; ``tenant_id`` None means any tenant (executor and ops)."""
+    return Step(_GET_TASK, (task_id, tenant_id), Task.from_row)
+
+
 async def get_task(
     conn: asyncpg.Connection, *, task_id: str, tenant_id: str | None = None
 ) -> Task | None:
-    """The task; ``tenant_id`` None means any tenant (executor and ops)."""
+    """As :func:`get_step`, on an asyncpg connection."""
     return _task(await conn.fetchrow(_GET_TASK, task_id, tenant_id))
 
 
@@ -98,8 +109,7 @@ async def list_tasks(
     return [Task.from_row(r) for r in rows]
 
 
-async def transition_task(
-    conn: asyncpg.Connection,
+def transition_step(
     *,
     task_id: str,
     status: TaskStatus,
@@ -108,20 +118,15 @@ async def transition_task(
     error: Any = None,
     event_id: EventId | None = None,
     tenant_id: str | None = None,
-) -> Task | None:
-    """Move the task to ``status`` if it is in one of ``allowed_from``; None if not
-    (or if it does not exist). An ``event_id`` starts the delivery summary."""
-    return _task(
-        await conn.fetchrow(
-            _TRANSITION_TASK,
-            task_id,
-            status,
-            result,
-            error,
-            event_id,
-            allowed_from,
-            tenant_id,
-        )
+) -> Step:
+    """Move the task to ``status`` if it is in one of ``allowed_from``: the task, or None
+    if not (or if it does not exist). An ``event_id`` starts the delivery summary."""
+    return Step(
+        _TRANSITION_TASK,
+        # a list: psycopg binds lists, not tuples, as arrays
+        (task_id, status, result, error, event_id, list(allowed_from), tenant_id),
+        Task.from_row,
+        jsonb=(2, 3),
     )
 
 
@@ -165,21 +170,17 @@ async def idempotency_put(
         raise IdempotencyInFlight(key) from exc
 
 
-async def report_progress(
-    conn: asyncpg.Connection,
-    *,
-    task_id: str,
-    percent: float,
-    message: str | None,
-    tenant_id: str | None = None,
-) -> Task | None:
-    """Record progress on a running task; None if not found, not running or backwards."""
-    return _task(await conn.fetchrow(_REPORT_PROGRESS, task_id, percent, message, tenant_id))
+def progress_step(
+    *, task_id: str, percent: float, message: str | None, tenant_id: str | None = None
+) -> Step:
+    """Record progress on a running task: the task, or None if not found, not running
+    or backwards."""
+    return Step(_REPORT_PROGRESS, (task_id, percent, message, tenant_id), Task.from_row)
 
 
-async def notify_task(conn: asyncpg.Connection, *, task_id: str) -> None:
+def notify_task_step(*, task_id: str) -> Step:
     """Wake ``task_id``'s watchers when the transaction commits."""
-    await conn.execute(_NOTIFY_TASK, task_id, TASKS_CHANNEL)
+    return Step(_NOTIFY_TASK, (task_id, TASKS_CHANNEL))
 
 
 async def claim_silent_tasks(conn: asyncpg.Connection, *, limit: int) -> list[TaskId]:

@@ -1,0 +1,38 @@
+"""Statements as values, and operations written once as plans over them.
+
+An operation that executors call from their own transaction (complete a task,
+report progress) is written as a *plan*: a generator that yields the
+:class:`Step` it needs next and is sent back that step's decoded result. The
+plan holds the logic and never touches a connection, so the same plan runs on
+asyncpg, psycopg 3 or SQLAlchemy, sync or async (``outbox.store.drivers``).
+Steps are built by the store modules that own their statements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+Row = Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One statement of ``queries.sql`` with its arguments.
+
+    ``decode`` turns the one row it returns into a dataclass (None: the
+    statement returns nothing worth reading, and is only executed). ``jsonb``
+    holds the positions of arguments bound to jsonb, for drivers that do not
+    encode Python values as JSON by themselves.
+    """
+
+    sql: str
+    args: tuple[Any, ...]
+    decode: Callable[[Row], Any] | None = None
+    jsonb: tuple[int, ...] = ()
+
+
+# Sent the previous step's result: the decoded row, or None (no row, or not read).
+Plan = Generator[Step, Any, T]

@@ -1,0 +1,73 @@
+"""The executor's functions for sync code: psycopg 3 ``Connection``, SQLAlchemy
+``Connection`` or ``Session``.
+
+The same plans as the async functions of ``outbox`` (one implementation of the
+SQL and the rules), each run in the caller's transaction: a savepoint if one is
+open, so the change commits with the caller's own work or not at all::
+
+    with conn.transaction():                  # psycopg
+        save_result(conn, ...)
+        outbox.sync.complete_task(conn, task_id, "succeeded", result=...)
+
+    with Session(engine) as session, session.begin():      # SQLAlchemy
+        session.add(Invoice(...))
+        outbox.sync.complete_task(session, task_id, "succeeded", result=...)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from .models import Task, TerminalStatus
+from .progress import progress_plan
+from .store.drivers import run_sync
+from .transitions import TimeoutReason, complete_plan, start_plan, timeout_plan
+
+if TYPE_CHECKING:
+    import psycopg
+    from sqlalchemy.engine import Connection as SAConnection
+    from sqlalchemy.orm import Session
+
+    Connection: TypeAlias = psycopg.Connection[Any] | SAConnection | Session
+
+__all__ = ["cancel_task", "complete_task", "report_progress", "start_task", "timeout_task"]
+
+
+def start_task(conn: Connection, task_id: str) -> Task:
+    """queued → running."""
+    return run_sync(conn, start_plan(task_id))
+
+
+def complete_task(
+    conn: Connection,
+    task_id: str,
+    status: TerminalStatus,
+    result: Any = None,
+    error: Any = None,
+    *,
+    tenant_id: str | None = None,
+) -> Task:
+    """As :func:`outbox.complete_task`: a live task → terminal ``status``, with its event."""
+    return run_sync(conn, complete_plan(task_id, status, result, error, tenant_id=tenant_id))
+
+
+def cancel_task(conn: Connection, task_id: str, *, tenant_id: str | None = None) -> Task:
+    """→ cancelled, with a ``task.cancelled`` event."""
+    return complete_task(conn, task_id, "cancelled", tenant_id=tenant_id)
+
+
+def timeout_task(conn: Connection, task_id: str, reason: TimeoutReason = "deadline") -> Task:
+    """→ timed_out, with a ``task.timed_out`` event (as :func:`outbox.timeout_task`)."""
+    return run_sync(conn, timeout_plan(task_id, reason))
+
+
+def report_progress(
+    conn: Connection,
+    task_id: str,
+    percent: float,
+    message: str | None = None,
+    *,
+    tenant_id: str | None = None,
+) -> Task:
+    """As :func:`outbox.report_progress`: progress on a running task, pushed at commit."""
+    return run_sync(conn, progress_plan(task_id, percent, message, tenant_id=tenant_id))
