@@ -1,13 +1,17 @@
 """hookrelay's delivery core: transactional outbox writes, dispatcher, signing, retries.
 
-The functions re-exported here take the caller's asyncpg connection, so an
+The functions re-exported here take the caller's connection (asyncpg, a psycopg 3
+``AsyncConnection``, a SQLAlchemy 2 ``AsyncConnection`` or ``AsyncSession``), so an
 executor can finish a task inside its own transaction::
 
     async with conn.transaction():
         await save_result(conn, ...)
         await outbox.complete_task(conn, task_id, "succeeded", result=...)
+
+``outbox.sync`` has the same functions for sync psycopg and SQLAlchemy code.
 """
 
+from . import sync
 from .errors import OutboxError
 from .progress import report_progress
 from .transitions import cancel_task, complete_task, start_task, timeout_task
@@ -18,5 +22,6 @@ __all__ = [
     "complete_task",
     "report_progress",
     "start_task",
+    "sync",
     "timeout_task",
 ]

@@ -8,6 +8,7 @@ one. Terminal 2's listener runs in the background of terminal 3's shell.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import os
 import re
@@ -15,7 +16,11 @@ import signal
 import sys
 from pathlib import Path
 
+import asyncpg
 import pytest
+
+from outbox.tasks import NewTask, create_task
+from outbox.tenants import create_tenant
 
 from .support import ROOT, free_port, wait_for_port
 
@@ -96,3 +101,36 @@ async def test_try_it_locally_as_written(dsn: str, tmp_path: Path) -> None:
     assert "NOT verified" not in received and "task.succeeded" in received
     ids = re.findall(r"--> POST /webhooks  (evt_\S+)  task.failed", received)
     assert len(ids) == 2 and ids[0] == ids[1], received  # redelivered: the same webhook-id
+
+
+def python_blocks(kind: str) -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    return re.findall(rf"<!-- run:{kind} -->\n```python\n(.*?)```", text, flags=re.S)
+
+
+async def test_executor_examples_run_as_written(pool: asyncpg.Pool, runtime) -> None:
+    """Each executor example (asyncpg, psycopg, SQLAlchemy) completes a task with the
+    caller's own write, given the names the text calls yours."""
+    examples = python_blocks("executor")
+    assert len(examples) == 3
+    async with pool.acquire() as conn:
+        await conn.execute("CREATE TABLE renders (id int PRIMARY KEY, url text)")
+        tenant = await create_tenant(conn, "acme", runtime.secret_box)
+        for n, example in enumerate(examples):
+            await conn.execute("INSERT INTO renders VALUES ($1)", n)
+            task, _ = await create_task(
+                conn, tenant.id, NewTask(type="render", callback_url="http://127.0.0.1:9/h")
+            )
+            url = f"https://cdn.example/{n}.png"
+            names = {"conn": conn, "dsn": runtime.dsn, "task_id": task.id}
+            code = compile(example, "README.md", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+            scope = {**names, "url": url, "render_id": n}
+            ran = eval(code, scope)
+            if ran is not None:
+                await ran
+            if "engine" in scope:
+                scope["engine"].dispose()  # its pool's connection, which an app keeps
+            done = await conn.fetchrow("SELECT status, result FROM tasks WHERE id = $1", task.id)
+            assert (done["status"], done["result"]) == ("succeeded", {"url": url}), example
+            assert await conn.fetchval("SELECT url FROM renders WHERE id = $1", n) == url
+            assert await conn.fetchval("SELECT count(*) FROM outbox WHERE task_id = $1", task.id)

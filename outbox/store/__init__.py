@@ -3,7 +3,9 @@
 Every statement of ``outbox/queries.sql`` has one function here, taking an
 asyncpg connection first and keyword-only arguments, and returning frozen
 dataclasses (never an ``asyncpg.Record``). A shifted ``$n`` argument is a
-type error at the call, not a silent wrong write. One module per area:
+type error at the call, not a silent wrong write. The statements an executor's
+own transaction runs are offered as steps instead (``*_step``), which the
+drivers run on asyncpg, psycopg 3 or SQLAlchemy. One module per area:
 
 - :mod:`.tasks`        tasks, their transitions, idempotency keys, the sweeper's claim
 - :mod:`.events`       outbox rows, NOTIFY, requeueing an event, the attempt log
@@ -14,6 +16,9 @@ type error at the call, not a silent wrong write. One module per area:
 - :mod:`.metrics`      gauges read at scrape time
 - :mod:`.retention`    purges past retention
 - :mod:`.schema`       the lock that serialises schema changes
+- :mod:`.steps`        statements as values, and the plans written over them
+- :mod:`.drivers`      runs a plan on the caller's connection; asyncpg's driver
+- :mod:`.via_psycopg`, :mod:`.via_sqlalchemy`  the drivers for those libraries (optional extras)
 """
 
 from . import (
