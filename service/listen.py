@@ -38,7 +38,16 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("listen", help="a local webhook receiver that verifies and prints each one")
     p.add_argument("--port", type=int, default=9000, help="port on 127.0.0.1 (default 9000)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    p.add_argument("--secret", help="the tenant's whsec_... signing secret: verify v1 signatures")
+    p.add_argument(
+        "--secret",
+        action="append",
+        help="the tenant's whsec_... signing secret: verify v1 signatures (repeat for a rotation)",
+    )
+    p.add_argument(
+        "--public-key",
+        action="append",
+        help="the tenant's whpk_... public key: verify v1a signatures (repeat for a rotation)",
+    )
     p.add_argument("--status", type=int, help="answer every verified webhook with this status")
     p.add_argument("--forward", metavar="URL", help="POST verified webhooks on to this URL")
 
@@ -129,9 +138,10 @@ async def serve(args: argparse.Namespace) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Entry point of ``hookrelay listen``; exit status 2 for bad options."""
-    if args.forward and not args.secret:
+    if args.forward and not (args.secret or args.public_key):
         print(
-            "hookrelay listen: --forward needs --secret (only verified webhooks are forwarded)",
+            "hookrelay listen: --forward needs --secret or --public-key "
+            "(only verified webhooks are forwarded)",
             file=sys.stderr,
         )
         return 2

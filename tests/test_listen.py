@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from outbox import signing
+from outbox import ed25519, signing
 
 from .receiver import Receiver
 from .support import ADMIN, ROOT, bearer, dispatcher_env, free_port, start, wait_for_port
@@ -70,14 +70,18 @@ async def listen(*args: str) -> AsyncIterator[Listen]:
 
 
 @pytest.fixture
-async def serve(runtime, dsn) -> AsyncIterator[tuple[httpx.AsyncClient, dict[str, Any]]]:
-    """``hookrelay serve`` (2 attempts, fast retries) and a tenant; yields (client, tenant)."""
+async def serve(runtime, dsn, request) -> AsyncIterator[tuple[httpx.AsyncClient, dict[str, Any]]]:
+    """``hookrelay serve`` (2 attempts, fast retries) and a tenant; yields (client, tenant).
+    The tenant signs v1 unless the test is parametrized with ``scheme``."""
+    scheme = getattr(request, "param", "v1")
     port = free_port()
     proc = await start("serve", dispatcher_env(runtime, dsn, port=str(port), max_attempts="2"))
     try:
         await wait_for_port(port, proc)
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=15) as c:
-            r = await c.post("/v1/admin/tenants", json={"name": "listen"}, headers=ADMIN)
+            body = {"name": "listen", "signatureScheme": scheme}
+            r = await c.post("/v1/admin/tenants", json=body, headers=ADMIN)
+            assert r.status_code == 201, r.text
             yield c, r.json()
     finally:
         proc.terminate()
@@ -123,6 +127,69 @@ async def test_wrong_secret_is_reported_and_refused(serve) -> None:
     assert d["lastStatusCode"] == 400
 
 
+v1a = pytest.mark.parametrize("serve", ["v1a"], indirect=True)
+
+
+@v1a
+async def test_v1a_webhook_verifies_with_the_public_key(serve) -> None:
+    c, tenant = serve
+    assert tenant["publicKey"].startswith("whpk_") and not tenant.get("signingSecret")
+    # A key from before a rotation beside the current one: either may verify.
+    old = ed25519.generate_keypair().public_key
+    async with listen("--public-key", old, "--public-key", tenant["publicKey"]) as rx:
+        task_id = await finish_task(c, tenant["apiKey"], rx.url)
+        await rx.wait_for("<-- 204")
+        d = await delivery(c, tenant["apiKey"], task_id, "delivered")
+    assert "verified with 2 public keys (v1a)" in rx.text
+    assert "signature verified (v1a)" in rx.text and "NOT verified" not in rx.text
+    assert f"{d['eventId']}  task.succeeded" in rx.text
+
+
+@v1a
+async def test_v1a_with_a_wrong_public_key_is_refused(serve) -> None:
+    c, tenant = serve
+    async with listen("--public-key", ed25519.generate_keypair().public_key) as rx:
+        task_id = await finish_task(c, tenant["apiKey"], rx.url)
+        d = await delivery(c, tenant["apiKey"], task_id, "dead")
+    assert rx.text.count("signature NOT verified: no signature matches") == 2
+    assert d["lastStatusCode"] == 400
+
+
+@v1a
+async def test_v1a_tampered_body_is_refused_and_the_genuine_one_forwarded(serve) -> None:
+    c, tenant = serve
+    app = await Receiver().start()
+    try:
+        key = tenant["publicKey"]
+        async with listen("--public-key", key, "--forward", app.url) as rx:
+            task_id = await finish_task(c, tenant["apiKey"], rx.url)
+            await app.wait_for(1)
+            got = app.received[0]
+            signing.verify([], got.headers, got.body, public_keys=[key])
+            # The same signed headers with one byte of the body changed.
+            sent = {k: v for k, v in got.headers.items() if k.lower().startswith("webhook-")}
+            tampered = got.body.replace(b"succeeded", b"succeedeD", 1)
+            async with httpx.AsyncClient() as other:
+                r = await other.post(rx.url, content=tampered, headers=sent)
+            assert r.status_code == 400
+            await rx.wait_for("signature NOT verified: no signature matches")
+            await delivery(c, tenant["apiKey"], task_id, "delivered")
+    finally:
+        await app.stop()
+    assert len(app.received) == 1  # the tampered one was not forwarded
+
+
+@pytest.mark.parametrize("serve", ["both"], indirect=True)
+async def test_a_secret_for_a_both_tenant_verifies_v1(serve) -> None:
+    c, tenant = serve
+    args = ("--secret", tenant["signingSecret"], "--public-key", tenant["publicKey"])
+    async with listen(*args) as rx:
+        task_id = await finish_task(c, tenant["apiKey"], rx.url)
+        await delivery(c, tenant["apiKey"], task_id, "delivered")
+    assert "signature verified (v1)" in rx.text
+    assert "verified with 1 secret (v1) and 1 public key (v1a)" in rx.text
+
+
 async def test_status_option_makes_hookrelay_retry_then_dead_letter(serve) -> None:
     c, tenant = serve
     async with listen("--secret", tenant["signingSecret"], "--status", "500") as rx:
@@ -136,7 +203,7 @@ async def test_without_secret_nothing_is_verified(serve) -> None:
     async with listen() as rx:
         task_id = await finish_task(c, tenant["apiKey"], rx.url)
         await delivery(c, tenant["apiKey"], task_id, "delivered")
-    assert "signature not checked (no --secret given)" in rx.text
+    assert "signature not checked (no --secret or --public-key given)" in rx.text
 
 
 async def test_forward_passes_verified_webhooks_and_the_apps_answer(serve) -> None:
@@ -168,8 +235,9 @@ async def test_forward_failure_answers_502(serve) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--forward", "http://127.0.0.1:1/"], "--forward needs --secret"),
+        (["--forward", "http://127.0.0.1:1/"], "--forward needs --secret or --public-key"),
         (["--secret", "whsec_not base64!"], "not valid base64"),
+        (["--public-key", "whsec_abc"], "does not start with 'whpk_'"),
         (["--status", "99"], "--status must be an HTTP status"),
     ],
 )
