@@ -16,7 +16,7 @@ service's own calls pay for one lookup and one small object.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any, Protocol, TypeVar, cast
 
@@ -29,7 +29,9 @@ T = TypeVar("T")
 class AsyncDriver(Protocol):
     def atomic(self) -> AbstractAsyncContextManager[Any]: ...
 
-    async def fetch(self, step: Step) -> Row | None: ...
+    def fetch(self, step: Step) -> Awaitable[Row | None]:
+        """The step's row (None if it returns none); anything, if ``decode`` is None."""
+        ...
 
     def lost(self, exc: Exception) -> bool:
         """Whether ``exc`` means the connection is gone (:class:`DatabaseUnavailable`)."""
@@ -100,12 +102,13 @@ class AsyncpgDriver:
     def atomic(self) -> AbstractAsyncContextManager[Any]:
         return cast(AbstractAsyncContextManager[Any], self.conn.transaction())
 
-    async def fetch(self, step: Step) -> Row | None:
+    def fetch(self, step: Step) -> Awaitable[Any]:
+        # asyncpg's own awaitable, not a coroutine around it: this is the API's path.
+        # What execute() gives back (a status string) is never decoded.
         args = json_text(step) if self.borrowed else step.args
         if step.decode is None:
-            await self.conn.execute(step.sql, *args)
-            return None
-        return cast(Row | None, await self.conn.fetchrow(step.sql, *args))
+            return cast(Awaitable[Any], self.conn.execute(step.sql, *args))
+        return cast(Awaitable[Any], self.conn.fetchrow(step.sql, *args))
 
     def lost(self, exc: Exception) -> bool:
         return self.borrowed and bool(self.conn.is_closed())
