@@ -19,9 +19,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from .models import Task, TerminalStatus
+from .plans import TimeoutReason, complete_plan, start_plan, timeout_plan
 from .progress import progress_plan
 from .store.drivers import run_sync
-from .transitions import TimeoutReason, complete_plan, start_plan, timeout_plan
 
 if TYPE_CHECKING:
     import psycopg

@@ -6,23 +6,23 @@ outbox row and the NOTIFY commit together with the caller's own work or not at
 all. The connection may be asyncpg's, psycopg 3's ``AsyncConnection`` or a
 SQLAlchemy ``AsyncConnection``/``AsyncSession`` (``outbox.sync`` has the same
 functions for sync connections). Each change is written once, as a plan
-(``outbox.store.steps``) that the store's drivers run on any of them.
+(``outbox.plans``) that the store's drivers run on any of them.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-from . import ids
-from .errors import InvalidTransition, TaskNotFound
-from .hostkey import host_key
-from .models import LIVE_STATUSES, TERMINAL_STATUSES, EventId, Task, TaskStatus, TerminalStatus, iso
-from .store import events, tasks
+from .models import TERMINAL_STATUSES, Task, TerminalStatus
+from .plans import (
+    TimeoutReason,
+    complete_plan,
+    destination_host,
+    event_body,
+    start_plan,
+    timeout_plan,
+)
 from .store.drivers import run
-from .store.steps import Plan, Step
 
 if TYPE_CHECKING:
     import asyncpg
@@ -37,136 +37,14 @@ if TYPE_CHECKING:
 __all__ = [
     "TERMINAL_STATUSES",
     "TerminalStatus",
+    "TimeoutReason",
     "cancel_task",
     "complete_task",
-    "complete_plan",
     "destination_host",
     "event_body",
-    "start_plan",
     "start_task",
-    "timeout_plan",
     "timeout_task",
 ]
-
-
-def destination_host(url: str) -> str:
-    """The destination key of a callback URL (``outbox.hostkey``), the unit of per-host limits."""
-    return host_key(url)
-
-
-def event_body(task: Task) -> str:
-    """The webhook body of ``task``'s terminal event, as its commit stores it.
-
-    Built once, when the event is committed, and stored in ``events``; every
-    attempt, retry, replay and redelivery sends those bytes. ``updatedAt`` is
-    the completion time, as it is at commit, so a body rebuilt later for an
-    event stored before bodies were kept (see ``redelivery``) is the same.
-    """
-    at_commit = replace(task, updated_at=task.completed_at or task.updated_at)
-    payload = {
-        "type": f"task.{task.status}",
-        "timestamp": iso(task.completed_at),
-        "data": at_commit.to_event_data(),
-    }
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
-
-
-def event_step(task: Task) -> Step:
-    """The outbox row for ``task``'s terminal event (dispatchers wake at the NOTIFY)."""
-    assert task.event_id is not None
-    return events.insert_outbox_step(
-        event_id=task.event_id,
-        tenant_id=task.tenant_id,
-        task_id=task.id,
-        event_type=f"task.{task.status}",
-        callback_url=task.callback_url,
-        host=destination_host(task.callback_url),
-        body=event_body(task),
-    )
-
-
-def _transition(
-    task_id: str,
-    status: TaskStatus,
-    allowed_from: Sequence[TaskStatus],
-    *,
-    result: Any = None,
-    error: Any = None,
-    tenant_id: str | None = None,
-) -> Plan[Task]:
-    terminal = status in TERMINAL_STATUSES
-    new_event = EventId(ids.event_id()) if terminal else None
-    task: Task | None = yield tasks.transition_step(
-        task_id=task_id,
-        status=status,
-        allowed_from=allowed_from,
-        result=result,
-        error=error,
-        event_id=new_event,
-        tenant_id=tenant_id,
-    )
-    if task is None:
-        current: Task | None = yield tasks.get_step(task_id=task_id, tenant_id=tenant_id)
-        if current is None:
-            raise TaskNotFound(task_id)
-        raise InvalidTransition(task_id, current)
-    if terminal:
-        yield event_step(task)
-    yield events.notify_step(task_id=task.id)
-    return task
-
-
-def start_plan(task_id: str) -> Plan[Task]:
-    """queued → running."""
-    return _transition(task_id, "running", ["queued"])
-
-
-def complete_plan(
-    task_id: str,
-    status: TerminalStatus,
-    result: Any = None,
-    error: Any = None,
-    *,
-    tenant_id: str | None = None,
-) -> Plan[Task]:
-    """A live task → terminal ``status``, with its webhook event (ValueError at once
-    for a status that is not terminal)."""
-    if status not in TERMINAL_STATUSES:
-        raise ValueError(f"{status!r} is not a terminal status")
-    return _transition(
-        task_id, status, LIVE_STATUSES, result=result, error=error, tenant_id=tenant_id
-    )
-
-
-TimeoutReason = Literal["deadline", "heartbeat"]
-
-
-def timeout_plan(task_id: str, reason: TimeoutReason = "deadline") -> Plan[Task]:
-    """→ timed_out: the task's ``onTimeout`` default if it has one, else an error
-    saying which deadline passed."""
-    current: Task | None = yield tasks.get_step(task_id=task_id)
-    default = current.on_timeout if current is not None else None
-    if isinstance(default, dict):
-        result, error = default.get("result"), default.get("error")
-    elif reason == "heartbeat":
-        silent = current.heartbeat_timeout_s if current is not None else None
-        result, error = (
-            None,
-            {
-                "code": "heartbeat_timeout",
-                "message": f"no start or progress report for {silent:g} s: the executor is "
-                "presumed dead",
-            },
-        )
-    else:
-        result, error = (
-            None,
-            {
-                "code": "timed_out",
-                "message": "no result before the task's deadline",
-            },
-        )
-    return (yield from complete_plan(task_id, "timed_out", result=result, error=error))
 
 
 async def start_task(conn: Connection, task_id: str) -> Task:
