@@ -237,8 +237,10 @@ INSERT INTO idempotency_keys (tenant_id, key, request_hash, task_id) VALUES ($1,
 -- A skip scan over outbox_lane_due: the recursive part jumps from lane to lane
 -- (one index probe each), the lateral part reads a lane's first rows only. The
 -- cost grows with the number of lanes, never with the rows waiting in them:
--- leased rows, rows scheduled later and rows held behind an open circuit all
--- sort after now() within their lane and are never read.
+-- rows scheduled later and rows held behind an open circuit sort after now()
+-- within their lane and are never read. Leased rows are read and skipped (the
+-- index leaves the lease out so that a claim's UPDATE is HOT, 0011): at most
+-- what the dispatchers have in flight or waiting ahead on the lane.
 WITH RECURSIVE lanes AS (
     (SELECT host, tenant_id FROM outbox ORDER BY host, tenant_id LIMIT 1)
     UNION ALL
@@ -255,11 +257,12 @@ SELECT l.host, l.tenant_id, d.oldest, d.n, COALESCE(dest.state, 'closed') AS sta
   FROM lanes l
  CROSS JOIN LATERAL (
     SELECT min(x.due) AS oldest, count(*)::int AS n
-      FROM (SELECT GREATEST(o.next_attempt_at, o.leased_until) AS due
+      FROM (SELECT o.next_attempt_at AS due
               FROM outbox o
              WHERE o.host = l.host AND o.tenant_id = l.tenant_id
-               AND GREATEST(o.next_attempt_at, o.leased_until) <= now()
-             ORDER BY GREATEST(o.next_attempt_at, o.leased_until)
+               AND o.next_attempt_at <= now()
+               AND (o.leased_until IS NULL OR o.leased_until <= now())
+             ORDER BY o.next_attempt_at
              LIMIT $1) x) d
   LEFT JOIN destinations dest ON dest.host = l.host
  WHERE d.n > 0;
@@ -290,8 +293,9 @@ due AS (
         SELECT o.id
           FROM outbox o
          WHERE o.host = w.host AND o.tenant_id = w.tenant_id
-           AND GREATEST(o.next_attempt_at, o.leased_until) <= now()
-         ORDER BY GREATEST(o.next_attempt_at, o.leased_until)
+           AND o.next_attempt_at <= now()
+           AND (o.leased_until IS NULL OR o.leased_until <= now())
+         ORDER BY o.next_attempt_at
          LIMIT w.n
            FOR UPDATE SKIP LOCKED) r
 )
@@ -316,7 +320,7 @@ WITH probe AS (
     SELECT o.id
       FROM outbox o
      WHERE o.host = $1 AND (o.leased_until IS NULL OR o.leased_until <= now())
-     ORDER BY o.host, o.tenant_id, GREATEST(o.next_attempt_at, o.leased_until)
+     ORDER BY o.host, o.tenant_id, o.next_attempt_at
      LIMIT 1
        FOR UPDATE SKIP LOCKED
 )

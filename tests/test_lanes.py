@@ -234,3 +234,25 @@ async def test_a_manual_close_puts_held_rows_back(pool, runtime) -> None:
         assert await console.close_circuit(conn, host=host)
         [lane] = await delivery.due_lanes(conn, upto=20)
         assert (lane.host, lane.state, lane.due) == (host, "closed", 3)
+
+
+async def test_a_claim_rewrites_its_rows_in_place(pool, runtime) -> None:
+    """The lease is in no index and each page keeps room for one more version (0011):
+    a claim's UPDATE is HOT, and the lane scan skips the leased rows."""
+    await backlog(pool, runtime, "https://up.example/hook", 50)
+    async with pool.acquire() as conn, conn.transaction():
+        [lane] = await delivery.due_lanes(conn, upto=100)
+        assert lane.due == 50
+        rows = await delivery.claim_lanes(
+            conn,
+            lanes=[(lane.host, lane.tenant_id, 20)],
+            lease_s=30,
+            owner="t",
+            token=uuid.uuid4(),
+        )
+        hot = await conn.fetchval(
+            "SELECT pg_stat_get_xact_tuples_hot_updated('outbox'::regclass)"
+        )
+        [lane] = await delivery.due_lanes(conn, upto=100)
+    assert len(rows) == 20 and hot == 20
+    assert lane.due == 30
