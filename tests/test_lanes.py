@@ -250,9 +250,7 @@ async def test_a_claim_rewrites_its_rows_in_place(pool, runtime) -> None:
             owner="t",
             token=uuid.uuid4(),
         )
-        hot = await conn.fetchval(
-            "SELECT pg_stat_get_xact_tuples_hot_updated('outbox'::regclass)"
-        )
+        hot = await conn.fetchval("SELECT pg_stat_get_xact_tuples_hot_updated('outbox'::regclass)")
         [lane] = await delivery.due_lanes(conn, upto=100)
     assert len(rows) == 20 and hot == 20
     assert lane.due == 30
