@@ -133,11 +133,13 @@ def timeout_plan(task_id: str, reason: TimeoutReason = "deadline") -> Plan[Task]
         result, error = default.get("result"), default.get("error")
     elif reason == "heartbeat":
         silent = current.heartbeat_timeout_s if current is not None else None
+        # An executor may time a task out by heartbeat itself, with no timeout set.
+        quiet_for = f" for {silent:g} s" if silent is not None else ""
         result, error = (
             None,
             {
                 "code": "heartbeat_timeout",
-                "message": f"no start or progress report for {silent:g} s: the executor is "
+                "message": f"no start or progress report{quiet_for}: the executor is "
                 "presumed dead",
             },
         )

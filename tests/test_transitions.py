@@ -149,3 +149,13 @@ async def test_commit_notifies_dispatchers(pool: asyncpg.Pool, dsn: str, task_id
         await asyncio.wait_for(got.get(), 2)
     finally:
         await listener.close()
+
+
+async def test_heartbeat_timeout_without_a_heartbeat_setting(pool: asyncpg.Pool, task_id) -> None:
+    # An executor may call it on a task submitted without heartbeatTimeoutSeconds.
+    async with pool.acquire() as conn:
+        await start_task(conn, task_id)
+        task = await timeout_task(conn, task_id, "heartbeat")
+    assert task.status == "timed_out"
+    assert task.error["code"] == "heartbeat_timeout"
+    assert task.error["message"].startswith("no start or progress report: ")
