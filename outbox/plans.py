@@ -139,8 +139,7 @@ def timeout_plan(task_id: str, reason: TimeoutReason = "deadline") -> Plan[Task]
             None,
             {
                 "code": "heartbeat_timeout",
-                "message": f"no start or progress report{quiet_for}: the executor is "
-                "presumed dead",
+                "message": f"no start or progress report{quiet_for}: the executor is presumed dead",
             },
         )
     else:
