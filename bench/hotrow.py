@@ -52,7 +52,7 @@ async def main() -> None:
         conn = await asyncpg.connect(dsn)
         facts = await server_facts(dsn)
         before, active0 = await stats(conn)
-        rate, counters = await drain_counted(
+        rate, counters, _ = await drain_counted(
             dsn, service_env(dsn, key, log_level="INFO"), args.events
         )
         after, active1 = await stats(conn)

@@ -7,7 +7,10 @@ receiver process and the same bodies:
 - a bare aiohttp client with as many connections as the per-host cap (the limit);
 - a PgQueuer + httpx dispatcher written as PgQueuer's docs show (bench/pgq.py).
 
-From the dispatcher's own counters: rows claimed, released and delivered.
+From the dispatcher's own counters: rows claimed, released and delivered. CPU
+time per delivery of the dispatcher process (from the first attempt to the
+empty outbox) against the bare client's per POST: a figure that holds on a
+loaded machine, where the rates do not.
 
     python -m bench sched [--events 20000] [--pgq-jobs 5000]
 """
@@ -15,10 +18,14 @@ From the dispatcher's own counters: rows claimed, released and delivered.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import json
+import os
+import resource
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import asyncpg
@@ -27,7 +34,7 @@ from outbox.crypto import SecretBox
 from outbox.dispatcher import DispatcherConfig
 
 from .backlog import fill
-from .common import ReceiverProcess, fresh_database, record, seconds_to_drain, server_dsn
+from .common import ReceiverProcess, fresh_database, outbox_empty, record, server_dsn
 from .e2e import bare_client_limit
 from .pgq import pgq_rate
 from .procs import ROOT, hookrelay, master_key, service_env
@@ -35,13 +42,33 @@ from .procs import ROOT, hookrelay, master_key, service_env
 PER_HOST = DispatcherConfig.per_host_concurrency
 
 
-async def drain_counted(dsn: str, env: dict[str, str], n: int) -> tuple[float, dict[str, int]]:
-    """One dispatcher process drains the outbox: (delivered/s, its counters at stop)."""
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def drain_counted(
+    dsn: str, env: dict[str, str], n: int
+) -> tuple[float, dict[str, int], float]:
+    """One dispatcher process drains the outbox: (delivered/s, its counters at stop,
+    its CPU seconds per delivery), timed from the first attempt to the empty outbox."""
     log = Path(tempfile.mkstemp(suffix=".log")[1])
     conn = await asyncpg.connect(dsn)
     proc = subprocess.Popen(hookrelay("dispatch"), env=env, cwd=ROOT, stderr=log.open("wb"))
     try:
-        rate = n / await seconds_to_drain(conn)
+        while not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM delivery_attempts)"):
+            await asyncio.sleep(0.01)
+        first, cpu0 = time.perf_counter(), cpu_s(proc.pid)
+        while not await outbox_empty(conn):
+            await asyncio.sleep(0.02)
+        rate = n / (time.perf_counter() - first)
+        cpu = (cpu_s(proc.pid) - cpu0) / n
     finally:
         proc.terminate()
         proc.wait(60)
@@ -49,7 +76,7 @@ async def drain_counted(dsn: str, env: dict[str, str], n: int) -> tuple[float, d
     for line in log.read_text().splitlines():
         entry = json.loads(line)
         if entry.get("msg") == "dispatcher stopped":
-            return rate, {k: int(v) for k, v in entry["counters"].items()}
+            return rate, {k: int(v) for k, v in entry["counters"].items()}, cpu
     raise RuntimeError("the dispatcher did not report its counters")
 
 
@@ -66,8 +93,10 @@ async def main() -> None:
         conn = await asyncpg.connect(dsn)
         body = str(await conn.fetchval("SELECT body FROM events LIMIT 1")).encode()
         await conn.close()
+        cpu0 = own_cpu_s()
         limit = await bare_client_limit(rx.url, body, args.events, PER_HOST)
-        rate, counters = await drain_counted(
+        bare_cpu = (own_cpu_s() - cpu0) / args.events
+        rate, counters, cpu = await drain_counted(
             dsn, service_env(dsn, key, log_level="INFO"), args.events
         )
         pgq = await pgq_rate(server, rx.url, body, args.pgq_jobs, PER_HOST)
@@ -85,6 +114,9 @@ async def main() -> None:
         f"| rows claimed / released / delivered | {claimed:,} / "
         f"{counters.get('released', 0):,} / {delivered:,} |\n"
         f"| rows claimed ÷ delivered | {claimed / max(1, delivered):.3f} |\n"
+        f"| rows claimed ahead of a free slot | {counters.get('claimed_ahead', 0):,} |\n"
+        f"| CPU per delivery, dispatcher process, µs | {cpu * 1e6:,.0f} |\n"
+        f"| CPU per POST, bare client, µs | {bare_cpu * 1e6:,.0f} |\n"
     )
     print(table)
     record(
