@@ -876,3 +876,49 @@ SELECT id, at, actor, action, count, filter::text, reason
 UPDATE outbox
    SET leased_until = now() + make_interval(secs => $3), lease_token = NULL, lease_owner = NULL
  WHERE id = ANY($1::bigint[]) AND lease_token = $2;
+
+-- name: _change_rows
+-- A logged change rendered as the task was at that version: what a change can
+-- alter from the log's state, the immutable fields and the delivery summary
+-- (as it is now) from tasks. A change of a task purged since is left out.
+SELECT c.seq, c.changed_at,
+       t.id, t.tenant_id, t.type, c.state ->> 'status' AS status, t.input,
+       c.state -> 'result' AS result, c.state -> 'error' AS error,
+       t.callback_url, t.metadata, t.created_at,
+       (c.state ->> 'updatedAt')::timestamptz AS updated_at,
+       (c.state ->> 'completedAt')::timestamptz AS completed_at,
+       t.timeout_at, c.version, t.event_id, t.delivery_status, t.delivery_attempts,
+       t.last_attempt_at, t.last_status_code, t.last_error, t.next_attempt_at, t.delivered_at,
+       NULLIF(c.state -> 'progress', 'null'::jsonb) AS progress,
+       t.heartbeat_timeout_s, t.heartbeat_at, t.heartbeat_due_at, t.on_timeout
+  FROM task_changes c JOIN tasks t ON t.id = c.task_id
+
+-- name: changes_after
+-- One tenant's changes after seq $2, in seq (= commit) order (the primary key).
+{{_change_rows}}
+ WHERE c.tenant_id = $1 AND c.seq > $2
+ ORDER BY c.seq
+ LIMIT $3;
+
+-- name: task_changes_after
+-- One task's changes after version $2, in order (task_changes_task).
+{{_change_rows}}
+ WHERE c.task_id = $1 AND c.version > $2
+ ORDER BY c.version
+ LIMIT $3;
+
+-- name: stream_position
+-- A tenant's last change number (0 before its first) and the oldest one the
+-- log still holds (NULL when retention left none).
+SELECT COALESCE((SELECT last_seq FROM tenant_streams WHERE tenant_id = $1), 0) AS last_seq,
+       (SELECT min(seq) FROM task_changes WHERE tenant_id = $1) AS oldest_seq;
+
+-- name: task_oldest_version
+-- The oldest version of a task the log still holds (NULL: none).
+SELECT min(version) FROM task_changes WHERE task_id = $1;
+
+-- name: purge_changes
+-- Changes older than the stream retention, $2 at a time (task_changes_at).
+DELETE FROM task_changes
+ WHERE (tenant_id, seq) IN (
+    SELECT tenant_id, seq FROM task_changes WHERE changed_at < $1 LIMIT $2);

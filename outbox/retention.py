@@ -1,4 +1,5 @@
-"""Retention: old attempt logs, finished tasks and test events are purged in small batches."""
+"""Retention: old attempt logs, finished tasks, test events and stream changes are purged
+in small batches."""
 
 from __future__ import annotations
 
@@ -29,9 +30,11 @@ async def purge(
     *,
     attempts_older_than_s: float,
     tasks_older_than_s: float,
+    changes_older_than_s: float = 86400.0,
     max_batches: int = 10,
-) -> tuple[int, int, int]:
-    """Delete up to ``max_batches`` batches of each; returns (attempts, tasks, test events).
+) -> tuple[int, int, int, int]:
+    """Delete up to ``max_batches`` batches of each; returns (attempts, tasks, test
+    events, stream changes).
 
     Test events (``POST /v1/test-events``) belong to no task, so no task purge
     takes them: they go with the attempt log's retention, which is theirs.
@@ -49,4 +52,7 @@ async def purge(
     pings = await _purge(
         pool, store.purge_test_events, now - timedelta(seconds=attempts_older_than_s), max_batches
     )
-    return attempts, tasks, pings
+    changes = await _purge(
+        pool, store.purge_changes, now - timedelta(seconds=changes_older_than_s), max_batches
+    )
+    return attempts, tasks, pings, changes

@@ -39,6 +39,8 @@ async def sweep_once(pool: asyncpg.Pool, batch: int = BATCH) -> int:
 class Retention:
     attempts_s: float = 30 * 86400.0
     tasks_s: float = 90 * 86400.0
+    # The status streams' change log: how far back a stream can resume.
+    changes_s: float = 86400.0
     every_s: float = 60.0
 
 
@@ -56,10 +58,12 @@ async def run(
                     pool,
                     attempts_older_than_s=retention.attempts_s,
                     tasks_older_than_s=retention.tasks_s,
+                    changes_older_than_s=retention.changes_s,
                 )
                 if any(purged):
                     log.info(
-                        "purged %d attempt rows, %d tasks and %d test events past retention",
+                        "purged %d attempt rows, %d tasks, %d test events and %d stream changes"
+                        " past retention",
                         *purged,
                     )
             n = await sweep_once(pool)

@@ -32,6 +32,7 @@ from .routes import (
     testevents,
 )
 from .runtime import Runtime
+from .streams import StreamHub
 from .watcher import TaskWatcher
 
 log = logging.getLogger("hookrelay.api")
@@ -58,6 +59,7 @@ def create_app(
         )
         app.state.watcher = TaskWatcher(runtime.dsn)
         await app.state.watcher.start()
+        await app.state.hub.start(app.state.pool)
         app.state.key_revocations = keys = revocations(runtime.dsn, app.state.key_cache)
         await keys.start()
         try:
@@ -67,6 +69,7 @@ def create_app(
                 yield
         finally:
             await keys.stop()
+            await app.state.hub.stop()
             await app.state.submit_resolver.close()
             await app.state.watcher.stop()
             if own:
@@ -97,6 +100,8 @@ def create_app(
     app.state.admin_token = runtime.admin_token
     app.state.key_cache = KeyCache()
     app.state.ops_throttle = SignInThrottle()
+    # One per process: its LISTEN and reads serve every SSE and WebSocket stream.
+    app.state.hub = StreamHub(runtime.dsn, per_tenant=settings.streams_per_tenant)
     app.state.secret_box = runtime.secret_box
     app.state.address_policy = settings.address_policy()
     # Submit-time lookups have their own resolver and deadline, apart from the

@@ -107,6 +107,11 @@ class Settings:
     body_timeout_s: float = 30.0
     max_connections: int = 1000
     max_page_bytes: int = 4 * 1_048_576
+    # Status streams (SSE and WebSocket): open at once per tenant and API process,
+    # the comment heartbeat, and how long the change log keeps what they resume from.
+    streams_per_tenant: int = 500
+    stream_heartbeat_s: float = 15.0
+    stream_retention_s: float = Retention.changes_s
     log_level: str = "INFO"
 
     @classmethod
@@ -154,6 +159,9 @@ class Settings:
             "body_timeout_s": ("HOOKRELAY_BODY_TIMEOUT_S", _positive(float)),
             "max_connections": ("HOOKRELAY_MAX_CONNECTIONS", _positive(int)),
             "max_page_bytes": ("HOOKRELAY_MAX_PAGE_BYTES", _positive(int)),
+            "streams_per_tenant": ("HOOKRELAY_STREAMS_PER_TENANT", _positive(int)),
+            "stream_heartbeat_s": ("HOOKRELAY_STREAM_HEARTBEAT_S", _positive(float)),
+            "stream_retention_s": ("HOOKRELAY_STREAM_RETENTION_S", _positive(float)),
             "log_level": ("HOOKRELAY_LOG_LEVEL", str.upper),
         }
         values: dict[str, Any] = {}
@@ -203,7 +211,11 @@ class Settings:
         return problems
 
     def retention(self) -> Retention:
-        return Retention(attempts_s=self.attempt_retention_s, tasks_s=self.task_retention_s)
+        return Retention(
+            attempts_s=self.attempt_retention_s,
+            tasks_s=self.task_retention_s,
+            changes_s=self.stream_retention_s,
+        )
 
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy(self.retry_base_s, self.retry_cap_s, self.max_attempts)

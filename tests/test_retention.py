@@ -42,16 +42,17 @@ async def test_purges_only_old_finished_rows(pool, runtime, monkeypatch) -> None
         await conn.execute(
             "UPDATE tasks SET delivery_status = 'dead' WHERE event_id = $1", events[4]
         )
-    attempts, tasks, _ = await purge(
+    attempts, tasks, _, changes = await purge(
         pool, attempts_older_than_s=30 * 86400, tasks_older_than_s=90 * 86400
     )
     assert attempts == 4 and tasks == 5
+    assert changes == 0  # the stream log keeps a day by default
     left = {r["event_id"] for r in await pool.fetch("SELECT event_id FROM delivery_attempts")}
     assert left == {events[4], events[5]}
     assert [r["event_id"] for r in await pool.fetch("SELECT event_id FROM tasks")] == [events[5]]
     # A purged task's stored event goes with it.
     assert [r["event_id"] for r in await pool.fetch("SELECT event_id FROM events")] == [events[5]]
-    assert await purge(pool, attempts_older_than_s=1, tasks_older_than_s=1) == (0, 0, 0)
+    assert await purge(pool, attempts_older_than_s=1, tasks_older_than_s=1) == (0, 0, 0, 0)
 
 
 async def test_purges_finished_old_test_events_only(pool, runtime) -> None:
@@ -72,7 +73,7 @@ async def test_purges_finished_old_test_events_only(pool, runtime) -> None:
             sent[2],
         )
         await conn.execute("DELETE FROM outbox WHERE event_id = ANY($1::text[])", sent[:3])
-    *_, pings = await purge(pool, attempts_older_than_s=30 * 86400, tasks_older_than_s=1)
+    _, _, pings, _ = await purge(pool, attempts_older_than_s=30 * 86400, tasks_older_than_s=1)
     assert pings == 2
     left = {r["event_id"] for r in await pool.fetch("SELECT event_id FROM events")}
     assert left == {sent[2], sent[3]}

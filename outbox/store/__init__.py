@@ -7,6 +7,7 @@ type error at the call, not a silent wrong write. The statements an executor's
 own transaction runs are offered as steps instead (``*_step``), which the
 drivers run on asyncpg, psycopg 3 or SQLAlchemy. One module per area:
 
+- :mod:`.changes`      the change log the status streams read
 - :mod:`.tasks`        tasks, their transitions, idempotency keys, the sweeper's claim
 - :mod:`.events`       outbox rows, NOTIFY, requeueing an event, the attempt log
 - :mod:`.delivery`     the dispatcher's claim, lease release and outcome batches
@@ -22,6 +23,7 @@ drivers run on asyncpg, psycopg 3 or SQLAlchemy. One module per area:
 """
 
 from . import (
+    changes,
     deadletters,
     delivery,
     destinations,
@@ -32,13 +34,16 @@ from . import (
     tasks,
     tenants,
 )
+from .changes import CHANGES_CHANNEL
 from .events import OUTBOX_CHANNEL, TASKS_CHANNEL
 from .tenants import KEYS_CHANNEL
 
 __all__ = [
+    "CHANGES_CHANNEL",
     "KEYS_CHANNEL",
     "OUTBOX_CHANNEL",
     "TASKS_CHANNEL",
+    "changes",
     "deadletters",
     "delivery",
     "destinations",

@@ -12,6 +12,7 @@ from ..models import TERMINAL_STATUSES
 _PURGE_ATTEMPTS = sql("purge_attempts")
 _PURGE_TASKS = sql("purge_tasks")
 _PURGE_TEST_EVENTS = sql("purge_test_events")
+_PURGE_CHANGES = sql("purge_changes")
 
 
 def _count(status: str) -> int:
@@ -32,3 +33,8 @@ async def purge_tasks(conn: asyncpg.Connection, *, before: datetime, limit: int)
 async def purge_test_events(conn: asyncpg.Connection, *, before: datetime, limit: int) -> int:
     """Delete up to ``limit`` finished test events (no task) created before ``before``."""
     return _count(await conn.execute(_PURGE_TEST_EVENTS, before, limit))
+
+
+async def purge_changes(conn: asyncpg.Connection, *, before: datetime, limit: int) -> int:
+    """Delete up to ``limit`` stream changes logged before ``before``."""
+    return _count(await conn.execute(_PURGE_CHANGES, before, limit))

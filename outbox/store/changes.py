@@ -1,0 +1,67 @@
+"""The change log the status streams read: a tenant's changes in order, a task's by version.
+
+Rows are written by a trigger on ``tasks`` at commit (see schema.sql), never
+from Python, so every writer records its changes whatever driver it uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import asyncpg
+
+from .._queries import sql
+from ..models import Task
+
+# The trigger's NOTIFY channel; its payload is "<tenant id> <seq>".
+CHANGES_CHANNEL = "hookrelay_changes"
+
+_CHANGES_AFTER = sql("changes_after")
+_TASK_CHANGES_AFTER = sql("task_changes_after")
+_STREAM_POSITION = sql("stream_position")
+_TASK_OLDEST_VERSION = sql("task_oldest_version")
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedChange:
+    """One change: its per-tenant number, when it committed, the task at that version."""
+
+    seq: int
+    changed_at: datetime
+    task: Task
+
+
+@dataclass(frozen=True, slots=True)
+class StreamPosition:
+    last_seq: int  # 0 before the tenant's first change
+    oldest_seq: int | None  # None when the log holds none of the tenant's changes
+
+
+def _changes(rows: list[asyncpg.Record]) -> list[LoggedChange]:
+    return [LoggedChange(r["seq"], r["changed_at"], Task.from_row(r)) for r in rows]
+
+
+async def changes_after(
+    conn: asyncpg.Connection, *, tenant_id: str, after: int, limit: int
+) -> list[LoggedChange]:
+    """Up to ``limit`` of the tenant's changes numbered above ``after``, in order."""
+    return _changes(await conn.fetch(_CHANGES_AFTER, tenant_id, after, limit))
+
+
+async def task_changes_after(
+    conn: asyncpg.Connection, *, task_id: str, version: int, limit: int
+) -> list[LoggedChange]:
+    """Up to ``limit`` changes of one task above ``version``, in version order."""
+    return _changes(await conn.fetch(_TASK_CHANGES_AFTER, task_id, version, limit))
+
+
+async def stream_position(conn: asyncpg.Connection, *, tenant_id: str) -> StreamPosition:
+    row = await conn.fetchrow(_STREAM_POSITION, tenant_id)
+    return StreamPosition(row["last_seq"], row["oldest_seq"])
+
+
+async def task_oldest_version(conn: asyncpg.Connection, *, task_id: str) -> int | None:
+    """The oldest version of the task still in the log (None: none is)."""
+    oldest: int | None = await conn.fetchval(_TASK_OLDEST_VERSION, task_id)
+    return oldest
