@@ -28,6 +28,7 @@ from .routes import (
     health,
     metrics,
     signing_keys,
+    streams,
     tasks,
     testevents,
 )
@@ -80,6 +81,7 @@ def create_app(
             *health.routes,
             *metrics.routes,
             *tasks.routes,
+            *streams.routes,
             *admin.routes,
             *signing_keys.routes,
             *testevents.routes,

@@ -83,7 +83,9 @@ async def serve(settings: Settings, *, with_dispatcher: bool) -> None:
             )
             ready = runtime
             server = lifecycle.Server(
-                config, on_listening=lambda: _banner(ready, _url(settings.host, settings.port))
+                config,
+                on_listening=lambda: _banner(ready, _url(settings.host, settings.port)),
+                on_shutdown=app.state.hub.end_all,
             )
             stopping.on_stop(server.stop, force=server.force)
             await server.serve(sockets=[sock])

@@ -129,11 +129,19 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 class Server(uvicorn.Server):
-    """uvicorn without signal handlers of its own, announcing itself once it listens."""
+    """uvicorn without signal handlers of its own, announcing itself once it listens,
+    and ending long-lived responses (status streams) as soon as shutdown begins."""
 
-    def __init__(self, config: uvicorn.Config, *, on_listening: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        *,
+        on_listening: Callable[[], None],
+        on_shutdown: Callable[[], None] = lambda: None,
+    ) -> None:
         super().__init__(config)
         self._on_listening = on_listening
+        self._on_shutdown = on_shutdown
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -144,6 +152,12 @@ class Server(uvicorn.Server):
         await super().startup(sockets=sockets)
         if self.started:
             self._on_listening()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # uvicorn waits for open responses before the lifespan shutdown; a stream
+        # would hold it for the whole graceful timeout, so streams end first.
+        self._on_shutdown()
+        await super().shutdown(sockets=sockets)
 
     def stop(self) -> None:
         self.should_exit = True

@@ -1,0 +1,83 @@
+"""Server-Sent Events on the wire: event framing, the heartbeat, the streaming response.
+
+Each stream is an async generator of already-framed bytes. The response
+watches for the client going away while it waits (a stream may stay silent
+for long), and a stream ends when its subscription does: after a terminal
+state, when the consumer fell too far behind, or when the process shuts down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from .changes import Change, Reset, render
+from .subscription import Subscription
+
+PING = b": ping\n\n"
+HEADERS = {
+    "Cache-Control": "no-store",
+    # Proxies such as nginx would otherwise hold events back in their buffers.
+    "X-Accel-Buffering": "no",
+}
+
+
+def frame(event: str, data: bytes, event_id: int | None = None) -> bytes:
+    """One event; ``data`` is compact JSON, so it is one line."""
+    head = f"event: {event}\n" + (f"id: {event_id}\n" if event_id is not None else "")
+    return head.encode() + b"data: " + data + b"\n\n"
+
+
+def reset_frame(data: dict[str, Any], event_id: int | None = None) -> bytes:
+    return frame("reset", render(data), event_id)
+
+
+async def items(sub: Subscription, heartbeat_s: float) -> AsyncIterator[Change | Reset | bytes]:
+    """The subscription's items, with :data:`PING` after every ``heartbeat_s`` of silence;
+    ends with the subscription."""
+    while True:
+        try:
+            async with asyncio.timeout(heartbeat_s):
+                item = await sub.get()
+        except TimeoutError:
+            yield PING
+            continue
+        if item is None:
+            return
+        yield item
+
+
+def task_frame(change: Change, event_id: int) -> bytes:
+    return frame("task", change.data, event_id)
+
+
+class EventStream(StreamingResponse):
+    """``text/event-stream`` that always watches for a disconnect, and runs
+    ``on_close`` however the stream ends."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], None]) -> None:
+        super().__init__(content, headers=HEADERS)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            async with anyio.create_task_group() as group:
+
+                async def stream() -> None:
+                    await self.stream_response(send)
+                    group.cancel_scope.cancel()
+
+                group.start_soon(stream)
+                await self.listen_for_disconnect(receive)
+                group.cancel_scope.cancel()
+        except OSError:  # the client went away mid-write
+            pass
+        finally:
+            self._on_close()

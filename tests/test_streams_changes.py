@@ -1,0 +1,137 @@
+"""The change log: written at commit by the trigger on tasks, numbered per tenant in commit order."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+import pytest
+
+from outbox import complete_task, report_progress, start_task
+from outbox.store import CHANGES_CHANNEL, changes
+from outbox.tasks import NewTask, create_task
+from outbox.tenants import create_tenant
+
+from .support import dispatcher, eventually, wait_drained
+
+pytestmark = pytest.mark.anyio
+
+
+async def log_of(pool: asyncpg.Pool, tenant_id: str) -> list[tuple[int, str, int, str]]:
+    rows = await pool.fetch(
+        "SELECT seq, task_id, version, state ->> 'status' AS status FROM task_changes"
+        " WHERE tenant_id = $1 ORDER BY seq",
+        tenant_id,
+    )
+    return [(r["seq"], r["task_id"], r["version"], r["status"]) for r in rows]
+
+
+@pytest.fixture
+async def tenant_id(pool: asyncpg.Pool, runtime) -> str:
+    async with pool.acquire() as conn:
+        return (await create_tenant(conn, "acme", runtime.secret_box)).id
+
+
+async def new_task(conn: asyncpg.Connection, tenant_id: str, url: str = "http://127.0.0.1:9/h"):
+    task, _ = await create_task(conn, tenant_id, NewTask(type="t", callback_url=url))
+    return task
+
+
+async def test_two_changes_in_one_transaction_are_two_entries_in_order(pool, tenant_id) -> None:
+    async with pool.acquire() as conn:
+        async with conn.transaction():
+            task = await new_task(conn, tenant_id)
+            await start_task(conn, task.id)
+            await report_progress(conn, task.id, 10, "first")
+            # Nothing is logged before the commit.
+            assert await conn.fetchval("SELECT count(*) FROM task_changes") == 0
+        logged = await changes.changes_after(conn, tenant_id=tenant_id, after=0, limit=10)
+    assert await log_of(pool, tenant_id) == [
+        (1, task.id, 1, "queued"),
+        (2, task.id, 2, "running"),
+        (3, task.id, 3, "running"),
+    ]
+    # Each entry renders the task as that version left it.
+    assert [c.task.status for c in logged] == ["queued", "running", "running"]
+    assert logged[0].task.progress is None and logged[2].task.progress["message"] == "first"
+    assert logged[1].task.updated_at <= logged[2].task.updated_at
+
+
+async def test_rolled_back_changes_are_not_logged_or_notified(pool, tenant_id) -> None:
+    heard: list[str] = []
+
+    def hear(*args: object) -> None:
+        heard.append(str(args[3]))
+
+    listener = await pool.acquire()
+    await listener.add_listener(CHANGES_CHANNEL, hear)
+    try:
+        async with pool.acquire() as conn:
+            task = await new_task(conn, tenant_id)
+            await start_task(conn, task.id)
+            tx = conn.transaction()
+            await tx.start()
+            await report_progress(conn, task.id, 50)
+            await tx.rollback()
+            await report_progress(conn, task.id, 60)
+        assert [e[2:] for e in await log_of(pool, tenant_id)] == [
+            (1, "queued"),
+            (2, "running"),
+            (3, "running"),
+        ]
+        await eventually(lambda: len(heard) == 3)
+        assert heard == [f"{tenant_id} {n}" for n in (1, 2, 3)]
+    finally:
+        await listener.remove_listener(CHANGES_CHANNEL, hear)
+        await pool.release(listener)
+
+
+async def test_concurrent_transactions_are_numbered_in_commit_order(pool, tenant_id) -> None:
+    async with pool.acquire() as conn:
+        a, b = await new_task(conn, tenant_id), await new_task(conn, tenant_id)
+    first, second = await pool.acquire(), await pool.acquire()
+    try:
+        tx1, tx2 = first.transaction(), second.transaction()
+        await tx1.start()
+        await tx2.start()
+        await start_task(first, a.id)  # written first ...
+        await start_task(second, b.id)
+        await tx2.commit()  # ... committed second
+        await tx1.commit()
+    finally:
+        await pool.release(first)
+        await pool.release(second)
+    assert [e[1:3] for e in await log_of(pool, tenant_id)][2:] == [(b.id, 2), (a.id, 2)]
+
+
+async def test_each_tenant_has_its_own_numbers(pool, runtime, tenant_id) -> None:
+    async with pool.acquire() as conn:
+        other = await create_tenant(conn, "globex", runtime.secret_box)
+        await new_task(conn, tenant_id)
+        await new_task(conn, other.id)
+        await new_task(conn, tenant_id)
+        position = await changes.stream_position(conn, tenant_id=tenant_id)
+    assert [e[0] for e in await log_of(pool, tenant_id)] == [1, 2]
+    assert [e[0] for e in await log_of(pool, other.id)] == [1]
+    assert (position.last_seq, position.oldest_seq) == (2, 1)
+
+
+async def test_delivery_summary_updates_are_not_changes(pool, runtime, tenant_id, receiver) -> None:
+    async with pool.acquire() as conn:
+        task = await new_task(conn, tenant_id, receiver.url)
+        await complete_task(conn, task.id, "succeeded")
+    d = dispatcher(runtime, pool)
+    run = asyncio.create_task(d.run())
+    try:
+        await wait_drained(pool)
+    finally:
+        d.stop()
+        await run
+    status = await pool.fetchval("SELECT delivery_status FROM tasks WHERE id = $1", task.id)
+    assert status == "delivered"
+    assert [e[2:] for e in await log_of(pool, tenant_id)] == [(1, "queued"), (2, "succeeded")]
+    async with pool.acquire() as conn:
+        logged = await changes.task_changes_after(conn, task_id=task.id, version=1, limit=5)
+        assert await changes.task_oldest_version(conn, task_id=task.id) == 1
+    # Rendered with the delivery summary as it is now.
+    assert [c.task.delivery_status for c in logged] == ["delivered"]
