@@ -1,4 +1,4 @@
-"""The change log: written at commit by the trigger on tasks, numbered per tenant in commit order."""
+"""The change log: written at commit by a trigger, numbered per tenant in commit order."""
 
 from __future__ import annotations
 
