@@ -258,6 +258,26 @@ def _op(
     return op
 
 
+def _stream(summary: str, params: list[Schema], op_id: str, errors: tuple[int, ...]) -> Schema:
+    """A Server-Sent Events route: 200 is text/event-stream, errors are JSON."""
+    op = _op(summary, (200, {}), params=params, errors=errors, op_id=op_id)
+    op["responses"]["200"] = {
+        "description": "Server-Sent Events: `event: task` with the task as `data`, "
+        "`event: reset` when history is gone, `: ping` comments",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+    return op
+
+
+LAST_EVENT_ID: Schema = {
+    "name": "Last-Event-ID",
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string", "pattern": "^[0-9]{1,18}$"},
+    "description": "resume after this id (what the stream sent as `id:`)",
+}
+
+
 def _q(name: str, schema: Schema) -> Schema:
     return {"name": name, "in": "query", "required": False, "schema": schema}
 
@@ -350,6 +370,22 @@ def spec() -> Schema:
                     op_id="getTask",
                     params=[*tid, _q("wait", {"type": "number", "minimum": 0, "maximum": 30})],
                     errors=(400, 401, 404),
+                )
+            },
+            "/v1/tasks/{task_id}/events": {
+                "get": _stream(
+                    "The task's changes as Server-Sent Events (id: version) until terminal",
+                    [*tid, LAST_EVENT_ID],
+                    "streamTask",
+                    (400, 401, 403, 404, 429),
+                )
+            },
+            "/v1/events": {
+                "get": _stream(
+                    "Every change of the tenant's tasks as Server-Sent Events (id: sequence)",
+                    [LAST_EVENT_ID],
+                    "streamEvents",
+                    (400, 401, 403, 429),
                 )
             },
             "/v1/tasks/{task_id}/deliveries": {
