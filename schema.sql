@@ -245,7 +245,7 @@ CREATE TABLE IF NOT EXISTS ops_audit (
 );
 CREATE INDEX IF NOT EXISTS ops_audit_at ON ops_audit (at DESC, id DESC);
 
--- The change log behind the status streams (0011): one row per new version of a
+-- The change log behind the status streams (0012): one row per new version of a
 -- task, numbered per tenant, in commit order. Written by a deferred trigger on
 -- tasks, so it records every writer (API, sweeper, console, an executor's own
 -- transaction through any driver) and nothing that rolls back. state holds only

@@ -1,5 +1,5 @@
--- 0011: the change log the status streams (SSE, WebSocket) read and resume from.
--- The change log behind the status streams (0011): one row per new version of a
+-- 0012: the change log the status streams (SSE, WebSocket) read and resume from.
+-- The change log behind the status streams (0012): one row per new version of a
 -- task, numbered per tenant, in commit order. Written by a deferred trigger on
 -- tasks, so it records every writer (API, sweeper, console, an executor's own
 -- transaction through any driver) and nothing that rolls back. state holds only
