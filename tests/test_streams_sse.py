@@ -244,3 +244,18 @@ async def test_shutdown_ends_open_streams(http, key, served) -> None:
         await events.next()
         served.app.state.hub.end_all()
         assert await events.next() is None
+
+
+async def test_a_failure_mid_stream_ends_it_cleanly(http, key, monkeypatch) -> None:
+    from outbox.store import changes
+
+    task_id = await submit(http, key)
+
+    async def unavailable(*args: Any, **kwargs: Any) -> None:
+        raise ConnectionResetError("the database went away")
+
+    monkeypatch.setattr(changes, "task_oldest_version", unavailable)
+    headers = {**bearer(key), "Last-Event-ID": "0"}
+    r = await http.get(f"/v1/tasks/{task_id}/events", headers=headers)
+    # Headers were out before the failure: the stream just ends, to be resumed.
+    assert r.status_code == 200 and r.text == ""

@@ -9,6 +9,8 @@ state, when the consumer fell too far behind, or when the process shuts down.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -19,7 +21,9 @@ from starlette.types import Receive, Scope, Send
 from .changes import Change, Reset, render
 from .subscription import Subscription
 
+log = logging.getLogger("hookrelay.streams")
 PING = b": ping\n\n"
+END = {"type": "http.response.body", "body": b"", "more_body": False}
 HEADERS = {
     "Cache-Control": "no-store",
     # Proxies such as nginx would otherwise hold events back in their buffers.
@@ -71,13 +75,18 @@ class EventStream(StreamingResponse):
             async with anyio.create_task_group() as group:
 
                 async def stream() -> None:
-                    await self.stream_response(send)
+                    try:
+                        await self.stream_response(send)
+                    except Exception as exc:  # the database went away mid-stream, say
+                        # Headers are sent: no error answer is possible any more. End the
+                        # stream properly; the client resumes with its Last-Event-ID.
+                        log.warning("event stream ended early: %r", exc)
+                        with contextlib.suppress(Exception):  # the client may be gone too
+                            await send(END)
                     group.cancel_scope.cancel()
 
                 group.start_soon(stream)
                 await self.listen_for_disconnect(receive)
                 group.cancel_scope.cancel()
-        except OSError:  # the client went away mid-write
-            pass
         finally:
             self._on_close()
