@@ -84,11 +84,15 @@ async def test_completes_with_the_callers_write_or_not_at_all(
         assert done.status == "succeeded" and done.result == {"n": 1, "s": "é"}
         assert await counts(pool, task_id) == (0, 0, 0)  # nothing seen before the commit
         await (ex.commit() if commit else ex.rollback())
+    # The stream change log is written by a trigger at commit, whatever the driver.
+    logged = "SELECT array_agg(version ORDER BY seq) FROM task_changes WHERE task_id = $1"
     if not commit:
         assert await counts(pool, task_id) == (0, 0, 0)
         assert await pool.fetchval("SELECT status FROM tasks WHERE id = $1", task_id) == "queued"
+        assert await pool.fetchval(logged, task_id) == [1]
         return
     assert await counts(pool, task_id) == (1, 1, 1)
+    assert await pool.fetchval(logged, task_id) == [1, 2]
     async with pool.acquire() as conn:
         stored = await outbox.store.tasks.get_task(conn, task_id=task_id)
     assert stored == done  # the same Task asyncpg reads: values and time zone alike

@@ -182,3 +182,34 @@ async def test_catch_up_pages(hub, pool, tenant_id, monkeypatch) -> None:
         if len(got) == 5:
             sub.close()
     assert got == [1, 2, 3, 4, 5] and sub.reason == "closed"
+
+
+async def test_unwatch_and_watch_set(hub, pool, tenant_id) -> None:
+    a, b = await new_task(pool, tenant_id), await new_task(pool, tenant_id)
+    sub = await hub.open(tenant_id)
+    sub.watch([a, b])
+    sub.unwatch([a])
+    assert sub.watches(b) and not sub.watches(a)
+    async with pool.acquire() as conn:
+        await start_task(conn, a)
+        await start_task(conn, b)
+    assert (await next_change(sub)).task_id == b
+
+
+async def test_a_failed_read_is_retried(hub, pool, tenant_id, monkeypatch) -> None:
+    from outbox.store import changes
+
+    monkeypatch.setattr(hub_module, "RETRY_S", 0.01)
+    real, failures = changes.changes_after, list[int]()
+
+    async def flaky(*args, **kwargs):
+        if not failures:
+            failures.append(1)
+            raise ConnectionResetError("the database went away")
+        return await real(*args, **kwargs)
+
+    sub = await hub.open(tenant_id)
+    sub.watch_all()
+    monkeypatch.setattr(changes, "changes_after", flaky)
+    task_id = await new_task(pool, tenant_id)
+    assert (await next_change(sub)).task_id == task_id and failures
