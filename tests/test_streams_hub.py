@@ -194,6 +194,15 @@ async def test_unwatch_and_watch_set(hub, pool, tenant_id) -> None:
         await start_task(conn, a)
         await start_task(conn, b)
     assert (await next_change(sub)).task_id == b
+    # Changes go through an index by task id; closing leaves nothing behind in it.
+    other = await hub.open(tenant_id)
+    other.watch([a])
+    other.watch_all()
+    assert other.watching is None and sub.watching == {b}
+    assert set(hub._tenants[tenant_id].watchers) == {b}
+    sub.close()
+    assert hub._tenants[tenant_id].watchers == {}
+    assert hub._tenants[tenant_id].everything == {other}
 
 
 async def test_a_failed_read_is_retried(hub, pool, tenant_id, monkeypatch) -> None:

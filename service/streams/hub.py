@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -41,6 +42,10 @@ class _Tenant:
     tenant_id: str
     last_read: int  # the highest change number handed to the live subscribers
     subscribers: set[Subscription] = field(default_factory=set)
+    # Who gets a change: those watching every task, and those watching its id. A
+    # change of one task costs its own watchers, not every stream of the tenant.
+    everything: set[Subscription] = field(default_factory=set)
+    watchers: dict[str, set[Subscription]] = field(default_factory=dict)
     dirty: bool = False
     reading: asyncio.Task[None] | None = None
 
@@ -116,9 +121,36 @@ class StreamHub:
         """Called by a subscription that ended; a tenant with none left is forgotten."""
         tenant = self._tenants.get(sub.tenant_id)
         if tenant is not None:
+            self.unindex(sub, sub.watching)
             tenant.subscribers.discard(sub)
             if not tenant.subscribers:
                 del self._tenants[sub.tenant_id]
+
+    def index(self, sub: Subscription, task_ids: Iterable[str] | None) -> None:
+        """``sub`` now watches these tasks (None: every task)."""
+        tenant = self._tenants.get(sub.tenant_id)
+        if tenant is None:
+            return
+        if task_ids is None:
+            tenant.everything.add(sub)
+            return
+        for task_id in task_ids:
+            tenant.watchers.setdefault(task_id, set()).add(sub)
+
+    def unindex(self, sub: Subscription, task_ids: Iterable[str] | None) -> None:
+        """``sub`` no longer watches these tasks (None: no longer every task)."""
+        tenant = self._tenants.get(sub.tenant_id)
+        if tenant is None:
+            return
+        if task_ids is None:
+            tenant.everything.discard(sub)
+            return
+        for task_id in task_ids:
+            watching = tenant.watchers.get(task_id)
+            if watching is not None:
+                watching.discard(sub)
+                if not watching:
+                    del tenant.watchers[task_id]
 
     async def catch_up(self, sub: Subscription) -> None:
         """Read the next page of the log for a subscription that resumed."""
@@ -179,7 +211,8 @@ class StreamHub:
                     for logged in page:
                         change = Change.from_logged(logged)
                         tenant.last_read = change.seq
-                        for sub in list(tenant.subscribers):
+                        targets = [*tenant.everything, *tenant.watchers.get(change.task_id, ())]
+                        for sub in targets:
                             sub.offer(change, self.queue_size)
                     if len(page) < PAGE:
                         break

@@ -43,17 +43,29 @@ class Subscription:
 
     def watch(self, task_ids: Iterable[str]) -> None:
         """Also deliver changes of these tasks (the caller checked they are the tenant's)."""
-        if self._tasks is not None:
-            self._tasks.update(task_ids)
+        if self._tasks is not None and self.reason is None:
+            added = set(task_ids) - self._tasks
+            self._tasks.update(added)
+            self._hub.index(self, added)
 
     def watch_all(self) -> None:
         """Deliver changes of every task of the tenant."""
-        self._tasks = None
+        if self._tasks is not None and self.reason is None:
+            self._hub.unindex(self, self._tasks)
+            self._tasks = None
+            self._hub.index(self, None)
 
     def unwatch(self, task_ids: Iterable[str]) -> None:
         """Stop delivering these tasks' changes (no-op while watching all)."""
-        if self._tasks is not None:
-            self._tasks.difference_update(task_ids)
+        if self._tasks is not None and self.reason is None:
+            removed = self._tasks.intersection(task_ids)
+            self._tasks.difference_update(removed)
+            self._hub.unindex(self, removed)
+
+    @property
+    def watching(self) -> frozenset[str] | None:
+        """The task ids watched; None while watching every task."""
+        return None if self._tasks is None else frozenset(self._tasks)
 
     def watches(self, task_id: str) -> bool:
         return self._tasks is None or task_id in self._tasks
