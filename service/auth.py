@@ -7,7 +7,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 
 from outbox.listener import Listener
 from outbox.store import KEYS_CHANNEL
@@ -79,22 +79,33 @@ def _bearer(request: Request) -> str:
     return token.strip()
 
 
-async def caller(request: Request) -> Caller:
-    """Resolve the bearer token to an admin or a tenant; 401 if it is neither."""
-    token = _bearer(request)
-    admin_token: str = request.app.state.admin_token
+async def identify(connection: HTTPConnection, token: str) -> Caller | None:
+    """The admin or the tenant ``token`` belongs to, or None if neither.
+
+    Shared by the bearer header and the WebSocket's auth message: the admin
+    token is compared in constant time, API keys by their hash.
+    """
+    admin_token: str = connection.app.state.admin_token
     if hmac.compare_digest(token.encode(), admin_token.encode()):
         return Caller(tenant_id=None)
-    cache: KeyCache = request.app.state.key_cache
+    cache: KeyCache = connection.app.state.key_cache
     digest = hash_api_key(token)
     tenant_id = cache.get(digest)
     if tenant_id is None:
-        async with request.app.state.pool.acquire() as conn:
+        async with connection.app.state.pool.acquire() as conn:
             tenant_id = await authenticate(conn, token)
         if tenant_id is None:
-            raise Unauthorized("invalid credentials")
+            return None
         cache.put(digest, tenant_id)
     return Caller(tenant_id=tenant_id)
+
+
+async def caller(request: Request) -> Caller:
+    """Resolve the bearer token to an admin or a tenant; 401 if it is neither."""
+    who = await identify(request, _bearer(request))
+    if who is None:
+        raise Unauthorized("invalid credentials")
+    return who
 
 
 def require_metrics_reader(request: Request) -> None:

@@ -73,6 +73,7 @@ async def serve(settings: Settings, *, with_dispatcher: bool) -> None:
                 header_timeout_s=settings.header_timeout_s,
                 body_timeout_s=settings.body_timeout_s,
                 max_connections=serving.descriptor_cap(settings.max_connections, reserve + 64),
+                ws_ping_s=settings.ws_ping_s,
             )
             config = serving.uvicorn_config(
                 app,

@@ -30,6 +30,14 @@ class ConnectionLimits:
     body_timeout_s: float = 30.0
     max_connections: int = 1000
     max_header_bytes: int = MAX_HEADER_BYTES
+    # WebSocket protocol pings: a client that has not answered one within another
+    # interval is dropped (uvicorn closes with 1011).
+    ws_ping_s: float = 30.0
+
+
+# Client messages on /v1/ws are small JSON (a subscribe names at most
+# HOOKRELAY_WS_MAX_SUBSCRIPTIONS ids); uvicorn's default would buffer 16 MiB each.
+WS_MAX_BYTES = 65_536
 
 
 # Descriptors kept back from the connection cap: the dispatcher's outgoing
@@ -83,6 +91,9 @@ def uvicorn_config(
         # Nothing here reads the client address, so X-Forwarded-* need not be parsed.
         proxy_headers=False,
         timeout_graceful_shutdown=graceful_s,
+        ws_max_size=WS_MAX_BYTES,
+        ws_ping_interval=limits.ws_ping_s,
+        ws_ping_timeout=limits.ws_ping_s,
     )
 
 

@@ -112,6 +112,12 @@ class Settings:
     streams_per_tenant: int = 500
     stream_heartbeat_s: float = 15.0
     stream_retention_s: float = Retention.changes_s
+    # GET /v1/ws: the auth message's deadline, the ping interval (protocol and
+    # application pings; an unanswered protocol ping drops the client after another
+    # interval) and the task ids one socket may follow.
+    ws_auth_timeout_s: float = 30.0
+    ws_ping_s: float = 30.0
+    ws_max_subscriptions: int = 1000
     log_level: str = "INFO"
 
     @classmethod
@@ -162,6 +168,9 @@ class Settings:
             "streams_per_tenant": ("HOOKRELAY_STREAMS_PER_TENANT", _positive(int)),
             "stream_heartbeat_s": ("HOOKRELAY_STREAM_HEARTBEAT_S", _positive(float)),
             "stream_retention_s": ("HOOKRELAY_STREAM_RETENTION_S", _positive(float)),
+            "ws_auth_timeout_s": ("HOOKRELAY_WS_AUTH_TIMEOUT_S", _positive(float)),
+            "ws_ping_s": ("HOOKRELAY_WS_PING_S", _positive(float)),
+            "ws_max_subscriptions": ("HOOKRELAY_WS_MAX_SUBSCRIPTIONS", _positive(int)),
             "log_level": ("HOOKRELAY_LOG_LEVEL", str.upper),
         }
         values: dict[str, Any] = {}
