@@ -917,6 +917,15 @@ SELECT COALESCE((SELECT last_seq FROM tenant_streams WHERE tenant_id = $1), 0) A
 -- The oldest version of a task the log still holds (NULL: none).
 SELECT min(version) FROM task_changes WHERE task_id = $1;
 
+-- name: current_changes
+-- A WebSocket subscribe: the tenant's tasks among $2 as they are now, each with
+-- the number and time of the change that made its current version (from
+-- task_changes_task; seq NULL once retention purged it). Another tenant's task is
+-- not found, exactly like a task that does not exist.
+SELECT c.seq, COALESCE(c.changed_at, t.updated_at) AS changed_at, t.*
+  FROM tasks t LEFT JOIN task_changes c ON c.task_id = t.id AND c.version = t.version
+ WHERE t.tenant_id = $1 AND t.id = ANY($2::text[]);
+
 -- name: purge_changes
 -- Changes older than the stream retention, $2 at a time (task_changes_at).
 DELETE FROM task_changes

@@ -21,6 +21,7 @@ _CHANGES_AFTER = sql("changes_after")
 _TASK_CHANGES_AFTER = sql("task_changes_after")
 _STREAM_POSITION = sql("stream_position")
 _TASK_OLDEST_VERSION = sql("task_oldest_version")
+_CURRENT_CHANGES = sql("current_changes")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,3 +66,12 @@ async def task_oldest_version(conn: asyncpg.Connection, *, task_id: str) -> int 
     """The oldest version of the task still in the log (None: none is)."""
     oldest: int | None = await conn.fetchval(_TASK_OLDEST_VERSION, task_id)
     return oldest
+
+
+async def current_changes(
+    conn: asyncpg.Connection, *, tenant_id: str, task_ids: list[str]
+) -> list[LoggedChange]:
+    """The tenant's tasks among ``task_ids`` as they are now, each as the change that
+    made its current version (``seq`` 0 once retention purged that change)."""
+    rows = await conn.fetch(_CURRENT_CHANGES, tenant_id, task_ids)
+    return [LoggedChange(r["seq"] or 0, r["changed_at"], Task.from_row(r)) for r in rows]
