@@ -31,6 +31,7 @@ from .routes import (
     streams,
     tasks,
     testevents,
+    ws,
 )
 from .runtime import Runtime
 from .streams import StreamHub
@@ -89,6 +90,7 @@ def create_app(
             *destinations.routes,
             *openapi.routes,
             *docs.routes,
+            *ws.routes,
             Route("/ops", console.entry, methods=["GET"]),
             console.mount(runtime.admin_token),
         ],

@@ -641,6 +641,39 @@ def spec() -> Schema:
                     "responses": {"200": {"description": "text/html"}},
                 }
             },
+            "/v1/ws": {
+                "get": {
+                    "summary": "WebSocket: task changes pushed live (README: WebSocket)",
+                    "description": (
+                        "Connect with `Upgrade: websocket`; no credentials in the request. "
+                        'First message `{"type":"auth","token":"<api key>"}` within '
+                        "HOOKRELAY_WS_AUTH_TIMEOUT_S (30 s), else close 4401; then "
+                        '`{"type":"subscribe","taskIds":[...]}` or `{"type":"subscribe",'
+                        '"all":true}`, `unsubscribe`, `{"type":"resume","after":N}`. The '
+                        'server sends `{"type":"task","sequence","timestamp","status",'
+                        '"progress","task"}`, `{"type":"ping"}` every HOOKRELAY_WS_PING_S '
+                        '(30 s) and `{"type":"error","code","message"}`. Close codes: 4400 '
+                        "malformed, 4401 unauthorized, 4403 admin token, 4429 too many "
+                        "streams, 4008 slow consumer, 1012 server stopping."
+                    ),
+                    "security": [],
+                    "responses": {
+                        "101": {"description": "Switching Protocols: the WebSocket is open"},
+                        "400": _json({"$ref": "#/components/schemas/Error"}, "Error"),
+                        "426": _json(
+                            {"$ref": "#/components/schemas/Error"},
+                            "Upgrade Required: a plain HTTP request",
+                        ),
+                    },
+                }
+            },
+            "/docs/follow": {
+                "get": {
+                    "summary": "A page that follows one task live over /v1/ws (HTML, no CDN)",
+                    "security": [],
+                    "responses": {"200": {"description": "text/html"}},
+                }
+            },
             "/docs/{asset}": {
                 "get": {
                     "summary": "The page's packaged Swagger UI files and their licence",

@@ -45,8 +45,9 @@ class Subscribe:
 
 @dataclass(frozen=True, slots=True)
 class Unsubscribe:
-    task_ids: tuple[str, ...] = ()
-    all: bool = False
+    """Stop following ``taskIds`` (a socket following all its tenant's tasks reconnects)."""
+
+    task_ids: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +66,7 @@ Message = Auth | Subscribe | Unsubscribe | Resume | Ping
 FIELDS: dict[str, set[str]] = {
     "auth": {"token"},
     "subscribe": {"taskIds", "all"},
-    "unsubscribe": {"taskIds", "all"},
+    "unsubscribe": {"taskIds"},
     "resume": {"after"},
     "ping": set(),
     "pong": set(),
@@ -115,9 +116,11 @@ def parse(text: str) -> Message | None:
         if not isinstance(token, str) or not token:
             raise Unprocessable("token must be a non-empty string", code="invalid_message")
         return Auth(token)
-    if kind in ("subscribe", "unsubscribe"):
+    if kind == "subscribe":
         ids, everything = _task_ids(data)
-        return (Subscribe if kind == "subscribe" else Unsubscribe)(ids, everything)
+        return Subscribe(ids, everything)
+    if kind == "unsubscribe":
+        return Unsubscribe(_task_ids(data)[0])
     if kind == "resume":
         after = data.get("after")
         if not isinstance(after, int) or isinstance(after, bool) or not 0 <= after < 2**63:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 import secrets
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ import pytest
 from outbox.crypto import SecretBox
 from outbox.db import create_pool
 from outbox.migrate import migrate
-from service import embedded
+from service import embedded, lifecycle, serving
 from service.app import create_app
 from service.runtime import Runtime
 from service.settings import Settings
@@ -170,6 +171,56 @@ async def client(runtime: Runtime, pool: asyncpg.Pool) -> AsyncIterator[httpx.As
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://hookrelay.test") as c:
             yield c
+
+
+@dataclass(frozen=True)
+class Served:
+    """An app served over real sockets: its base URL and the app (for its state)."""
+
+    url: str
+    app: Any
+
+    @property
+    def ws(self) -> str:
+        return self.url.replace("http://", "ws://", 1) + "/v1/ws"
+
+
+@pytest.fixture
+def serve_app(
+    runtime: Runtime, pool: asyncpg.Pool
+) -> Callable[..., contextlib.AbstractAsyncContextManager[Served]]:
+    """Serves the app over real sockets in the test's own loop (WebSockets, streams).
+
+    ``async with serve_app(ws_ping_s=0.2) as served:`` with settings overrides by name.
+    """
+
+    @contextlib.asynccontextmanager
+    async def served(**overrides: Any) -> AsyncIterator[Served]:
+        settings = replace(runtime.settings, **overrides)
+        app = create_app(replace(runtime, settings=settings), pool=pool)
+        sock = lifecycle.bind("127.0.0.1", 0)
+        port = sock.getsockname()[1]
+        listening = asyncio.Event()
+        config = serving.uvicorn_config(
+            app,
+            host="127.0.0.1",
+            port=port,
+            graceful_s=2,
+            limits=serving.ConnectionLimits(ws_ping_s=settings.ws_ping_s),
+        )
+        server = lifecycle.Server(config, on_listening=listening.set)
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        try:
+            started = asyncio.ensure_future(listening.wait())
+            await asyncio.wait((started, task), timeout=30, return_when=asyncio.FIRST_COMPLETED)
+            assert listening.is_set(), "the app did not start"
+            yield Served(f"http://127.0.0.1:{port}", app)
+        finally:
+            server.stop()
+            await task
+            sock.close()
+
+    return served
 
 
 @pytest.fixture
