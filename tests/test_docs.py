@@ -33,14 +33,34 @@ async def test_page_loads_only_local_files(client) -> None:
 @pytest.mark.parametrize("name", sorted(docs.SERVED))
 async def test_every_served_file_is_packaged(client, name: str) -> None:
     r = await client.get(f"/docs/{name}")
-    assert r.status_code == 200 and r.content == (docs.ASSETS / name).read_bytes()
-    assert r.headers["content-type"] == docs.SERVED[name]
+    folder, media_type = docs.SERVED[name]
+    assert r.status_code == 200 and r.content == (docs.STATIC / folder / name).read_bytes()
+    assert r.headers["content-type"] == media_type
 
 
 async def test_licence_and_notice_are_shipped_and_served(client) -> None:
     assert "Apache License" in (await client.get("/docs/LICENSE")).text
     assert "SmartBear" in (await client.get("/docs/NOTICE")).text
-    assert "swagger-ui-dist" in (docs.ASSETS / "README.md").read_text()
+    assert "swagger-ui-dist" in (docs.STATIC / "swagger-ui" / "README.md").read_text()
+
+
+async def test_follow_page_loads_only_local_files_and_asks_for_no_key_in_urls(client) -> None:
+    r = await client.get("/docs/follow")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    assert "://" not in r.text
+    assert sorted(re.findall(r'(?:src|href)="([^"]+)"', r.text)) == [
+        "/docs/follow.css",
+        "/docs/follow.js",
+        "data:,",
+    ]
+    policy = r.headers["content-security-policy"]
+    assert "connect-src 'self'" in policy and "unsafe-inline" not in policy
+    # Inputs without a name: a form submitted without script puts nothing in the URL.
+    inputs = re.findall(r"<input[^>]*>", r.text)
+    assert len(inputs) == 2 and 'type="password"' in inputs[0]
+    assert not [i for i in inputs if " name=" in i]
+    script = (await client.get("/docs/follow.js")).text
+    assert '"/v1/ws"' in script and 'type: "auth", token: key' in script
 
 
 @pytest.mark.parametrize("name", ["nope.js", "README.md", "..%2Fdocs.py", "%2e%2e"])

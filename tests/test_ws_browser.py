@@ -1,0 +1,104 @@
+"""``/docs/follow`` in a real browser (Playwright driving Chromium) against a live
+``hookrelay serve``: a partner pastes an API key and a task id and watches the task go
+from submitted to done over the WebSocket, each progress report as it happens; the
+key is never in a URL and nothing is fetched from another origin.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from .support import ADMIN, bearer, dispatcher_env, free_port, start, wait_for_port
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+CHROMIUM = os.environ.get("HOOKRELAY_CHROMIUM") or next(
+    (p for p in ("/usr/bin/chromium", shutil.which("chromium") or "") if p and Path(p).exists()),
+    None,
+)
+playwright = pytest.importorskip("playwright.async_api", reason="playwright is not installed")
+if CHROMIUM is None:
+    if os.environ.get("CI"):
+        raise RuntimeError("CI must run the browser tests: install chromium (see .ci/run)")
+    pytest.skip("no Chromium found (apt-get install chromium)", allow_module_level=True)
+
+
+@pytest.fixture
+async def serve(runtime, dsn) -> AsyncIterator[str]:
+    port = free_port()
+    proc = await start("serve", dispatcher_env(runtime, dsn, port=str(port), host="127.0.0.1"))
+    try:
+        await wait_for_port(port, proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+async def test_a_partner_follows_a_task_live_from_submit_to_result(serve, receiver) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    async with httpx.AsyncClient(base_url=serve) as api:
+        key = (await api.post("/v1/admin/tenants", json={"name": "acme"}, headers=ADMIN)).json()[
+            "apiKey"
+        ]
+        task = (
+            await api.post(
+                "/v1/tasks",
+                json={"type": "report.render", "callbackUrl": receiver.url},
+                headers=bearer(key),
+            )
+        ).json()["id"]
+
+        requested: list[str] = []
+        problems: list[str] = []
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = await browser.new_page()
+            page.on("request", lambda req: requested.append(req.url))
+            page.on("websocket", lambda ws: requested.append(ws.url))
+            page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda exc: problems.append(str(exc)))
+
+            await page.goto(f"{serve}/docs/follow")
+            await page.fill("#key", key)
+            await page.fill("#task", task)
+            await page.click("button[type=submit]")
+            await expect(page.locator("#status")).to_have_text("queued", timeout=20_000)
+            await expect(page.locator("#connection")).to_have_text("connected")
+
+            await api.post(f"/v1/tasks/{task}/start", headers=ADMIN)
+            await expect(page.locator("#status")).to_have_text("running", timeout=20_000)
+
+            for percent, message in ((30, "rendering pages"), (70, "uploading the PDF")):
+                r = await api.post(
+                    f"/v1/tasks/{task}/progress",
+                    json={"percent": percent, "message": message},
+                    headers=ADMIN,
+                )
+                assert r.status_code == 200, r.text
+                await expect(page.locator("#message")).to_have_text(message, timeout=20_000)
+                await expect(page.locator("#percent")).to_have_text(f"{percent} %")
+                assert await page.locator("#bar").evaluate("b => b.value") == percent
+
+            await api.post(
+                f"/v1/tasks/{task}/complete",
+                json={"status": "succeeded", "result": {"url": "https://files.example/r.pdf"}},
+                headers=ADMIN,
+            )
+            await expect(page.locator("#status")).to_have_text("succeeded", timeout=20_000)
+            await expect(page.locator("#result")).to_contain_text("https://files.example/r.pdf")
+            await expect(page.locator("#connection")).to_have_text("finished: succeeded")
+            await browser.close()
+
+    assert problems == [], problems  # no script error, no Content-Security-Policy violation
+    ours = (serve, serve.replace("http://", "ws://", 1))
+    assert [u for u in requested if not u.startswith(ours)] == []
+    assert any(u.endswith("/v1/ws") for u in requested), requested
+    assert not [u for u in requested if key in u]  # the key went in a message, not a URL
