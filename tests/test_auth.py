@@ -130,8 +130,10 @@ def test_credentials_are_compared_in_constant_time() -> None:
     from outbox import tenants
     from service import auth
 
-    # Both comparisons of a presented secret go through hmac.compare_digest.
-    assert "hmac.compare_digest" in inspect.getsource(auth.caller)
+    # Both comparisons of a presented secret go through hmac.compare_digest; the bearer
+    # header and the WebSocket's auth message both reach them through auth.identify.
+    assert "identify(" in inspect.getsource(auth.caller)
+    assert "hmac.compare_digest" in inspect.getsource(auth.identify)
     assert "hmac.compare_digest" in inspect.getsource(tenants.authenticate)
 
 

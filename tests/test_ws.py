@@ -97,3 +97,33 @@ async def test_plain_http_get_is_426_in_the_error_shape(serve_app) -> None:
         r = await c.get("/v1/ws")
     assert r.status_code == 426 and r.json()["error"]["code"] == "upgrade_required"
     assert r.headers["upgrade"] == "websocket"
+
+
+async def test_sigterm_with_sockets_open_closes_them_1012_and_exits(runtime, dsn) -> None:
+    import asyncio
+    import signal
+
+    from .support import dispatcher_env, free_port, start, wait_for_port
+
+    port = free_port()
+    proc = await start("api", dispatcher_env(runtime, dsn, port=str(port), host="127.0.0.1"))
+    try:
+        await wait_for_port(port, proc)
+        url = f"http://127.0.0.1:{port}"
+        key = await new_tenant(url)
+        sockets = [await connect(f"ws://127.0.0.1:{port}/v1/ws") for _ in range(3)]
+        for ws in sockets:
+            await ws.send(json.dumps({"type": "auth", "token": key}))
+            assert (await recv(ws))["type"] == "ready"
+            await ws.send(json.dumps({"type": "subscribe", "all": True}))
+            assert (await recv(ws))["type"] == "subscribed"
+        proc.send_signal(signal.SIGTERM)
+        for ws in sockets:
+            code, _ = await closed_with(ws)
+            assert code == msg.CLOSE_RESTART
+        # Generous: a loaded machine; the point is that it exits at all, and cleanly.
+        assert await asyncio.wait_for(proc.wait(), 60) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()

@@ -273,3 +273,34 @@ async def test_a_client_that_stops_reading_is_dropped_not_buffered(serve_app, po
                     break
         await eventually(lambda: hub.open_count(tenant_id) == 0, what="the slow reader dropped")
         writer.close()
+
+
+async def test_past_the_retained_log_resume_says_reset_and_goes_on(serve_app, pool) -> None:
+    async with serve_app() as served:
+        key = await new_tenant(served.url)
+        tenant_id = await tenant_of(pool, key)
+        task_id = await new_task(pool, tenant_id)
+        async with pool.acquire() as conn:
+            await start_task(conn, task_id)
+            await report_progress(conn, task_id, 50)
+        # Retention purged all but the last change (seq 3); the task's current state
+        # is then read with sequence 0 on a subscribe only if its own change is gone.
+        await pool.execute("DELETE FROM task_changes WHERE tenant_id = $1 AND seq < 3", tenant_id)
+        async with connect(served.ws) as ws:
+            await auth(ws, key)
+            await send(ws, type="subscribe", all=True)
+            await recv(ws)
+            await send(ws, type="resume", after=0)
+            await recv(ws)  # resumed
+            reset = await recv(ws, "ping")
+            assert reset["type"] == "reset" and reset["code"] == "history_expired"
+            assert reset["after"] == 0 and reset["resumeAfter"] == 2
+            assert "GET /v1/tasks?updatedAfter=" in reset["message"]
+            assert (await recv(ws, "ping"))["sequence"] == 3
+        await pool.execute("DELETE FROM task_changes WHERE tenant_id = $1", tenant_id)
+        async with connect(served.ws) as ws:
+            await auth(ws, key)
+            await send(ws, type="subscribe", taskIds=[task_id])
+            await recv(ws)
+            now = await recv(ws)
+        assert now["sequence"] == 0 and now["task"]["progress"]["percent"] == 50
