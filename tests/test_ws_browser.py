@@ -102,3 +102,52 @@ async def test_a_partner_follows_a_task_live_from_submit_to_result(serve, receiv
     assert [u for u in requested if not u.startswith(ours)] == []
     assert any(u.endswith("/v1/ws") for u in requested), requested
     assert not [u for u in requested if key in u]  # the key went in a message, not a URL
+
+
+async def test_the_documented_browser_snippet_follows_a_task(serve, receiver) -> None:
+    import re
+
+    from playwright.async_api import async_playwright
+
+    from .support import ROOT, eventually
+
+    text = (ROOT / "docs" / "websocket.md").read_text()
+    (snippet,) = re.findall(r"```js\n(.*?)```", text, flags=re.S)
+    async with httpx.AsyncClient(base_url=serve) as api:
+        key = (await api.post("/v1/admin/tenants", json={"name": "acme"}, headers=ADMIN)).json()[
+            "apiKey"
+        ]
+        task = (
+            await api.post(
+                "/v1/tasks", json={"type": "t", "callbackUrl": receiver.url}, headers=bearer(key)
+            )
+        ).json()["id"]
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = await browser.new_page()
+            await page.goto(f"{serve}/docs/follow")  # any page of this origin
+            await page.evaluate(
+                snippet
+                + "\nwindow.seen = [];"
+                + "\nfollowTasks(location.origin, %r, [%r], (t) => window.seen.push(t));"
+                % (key, task)
+            )
+
+            async def seen() -> list[dict[str, object]]:
+                return list(await page.evaluate("window.seen"))
+
+            await eventually(seen, 20, every=0.1)
+            await api.post(f"/v1/tasks/{task}/start", headers=ADMIN)
+            await api.post(f"/v1/tasks/{task}/progress", json={"percent": 50}, headers=ADMIN)
+            await api.post(
+                f"/v1/tasks/{task}/complete", json={"status": "succeeded"}, headers=ADMIN
+            )
+
+            async def all_four() -> bool:
+                return len(await seen()) == 4
+
+            await eventually(all_four, 20, every=0.1)
+            got = await seen()
+            await browser.close()
+    assert [t["status"] for t in got] == ["queued", "running", "running", "succeeded"]
+    assert [t["version"] for t in got] == [1, 2, 3, 4]
