@@ -23,6 +23,7 @@ CLOSE_FORBIDDEN = 4403  # the admin token: streams are a tenant's
 CLOSE_TOO_MANY_STREAMS = 4429  # the tenant's open-stream cap (SSE and WebSocket together)
 CLOSE_SLOW_CONSUMER = 4008  # fell too far behind; reconnect and resume
 CLOSE_RESTART = 1012  # the server is stopping; reconnect (to another process) and resume
+CLOSE_UNAVAILABLE = 1013  # the database could not check the key; try again later
 # uvicorn closes with 1011 when a protocol ping goes unanswered and with 1009 when a
 # message exceeds the size cap.
 

@@ -19,16 +19,20 @@ from typing import Any
 
 from starlette.websockets import WebSocket
 
+from outbox.db import TRANSIENT_ERRORS
+from outbox.errors import DatabaseUnavailable
 from outbox.models import iso
 from outbox.store import changes
 
 from . import ws_messages as msg
-from .errors import ApiError
+from .errors import ApiError, BadRequest, ServiceUnavailable, Unprocessable
 from .streams.changes import Change, Reset
 from .streams.hub import StreamHub
 from .streams.subscription import Subscription
 
 log = logging.getLogger("hookrelay.api")
+# The database away: the client is told, the socket stays.
+UNAVAILABLE: tuple[type[BaseException], ...] = (DatabaseUnavailable, *TRANSIENT_ERRORS)
 # A send the client has not let through (by reading) in this long: it is gone.
 SEND_TIMEOUT_S = 30.0
 CLOSE_TIMEOUT_S = 2.0
@@ -139,7 +143,7 @@ class Session:
             if parsed is not None:
                 await self._handle(parsed)
         except ApiError as exc:
-            self.bad += 1
+            self.bad += exc.status < 500  # the client's mistakes, not ours
             if self.bad > msg.MAX_BAD_MESSAGES:
                 await self._close(msg.CLOSE_BAD_MESSAGES, "too many malformed messages")
                 return False
@@ -150,7 +154,7 @@ class Session:
         if isinstance(message, msg.Ping):
             await self._send(msg.encode("pong"))
         elif isinstance(message, msg.Auth):
-            raise ApiError("this socket is already authenticated", code="already_authenticated")
+            raise BadRequest("this socket is already authenticated", code="already_authenticated")
         elif isinstance(message, msg.Resume):
             self.sub.resume(message.after)
             await self._send(msg.encode("resumed", after=message.after))
@@ -167,7 +171,7 @@ class Session:
             return
         wanted = [t for t in message.task_ids if t not in self.task_ids]
         if len(self.task_ids) + len(wanted) > self.max_subscriptions:
-            raise ApiError(
+            raise Unprocessable(
                 f"a socket follows at most {self.max_subscriptions} task ids "
                 f"(HOOKRELAY_WS_MAX_SUBSCRIPTIONS); it follows {len(self.task_ids)}",
                 code="too_many_subscriptions",
@@ -175,8 +179,16 @@ class Session:
         # Watch first, read second: a change committed in between is then both in
         # the read and queued, and the queued copy is skipped by its version.
         self.sub.watch(wanted)
-        async with self.websocket.app.state.pool.acquire() as conn:
-            current = await changes.current_changes(conn, tenant_id=self.tenant_id, task_ids=wanted)
+        try:
+            async with self.websocket.app.state.pool.acquire() as conn:
+                current = await changes.current_changes(
+                    conn, tenant_id=self.tenant_id, task_ids=wanted
+                )
+        except UNAVAILABLE:
+            self.sub.unwatch(wanted)
+            raise ServiceUnavailable(
+                "the database is unavailable; subscribe again shortly"
+            ) from None
         found = {c.task.id: Change.from_logged(c) for c in current}
         missing = [t for t in wanted if t not in found]
         if missing:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -25,10 +26,15 @@ async def new_tenant(url: str, name: str = "acme") -> str:
     return str(r.json()["apiKey"])
 
 
+# Only a guard against a hung test, never a measure: a loaded machine gets all of it.
+HANG_S = 60
+
+
 async def recv(ws: ClientConnection, *skip: str) -> dict[str, Any]:
     """The next message that is not of a type in ``skip`` (e.g. "ping")."""
     while True:
-        message: dict[str, Any] = json.loads(await ws.recv(decode=True))
+        text = await asyncio.wait_for(ws.recv(decode=True), HANG_S)
+        message: dict[str, Any] = json.loads(text)
         if message["type"] not in skip:
             return message
 
@@ -37,7 +43,7 @@ async def closed_with(ws: ClientConnection) -> tuple[int, str]:
     """Read until the server closes; its close code and reason."""
     with pytest.raises(ConnectionClosed) as info:
         while True:
-            await ws.recv()
+            await asyncio.wait_for(ws.recv(), HANG_S)
     assert info.value.rcvd is not None, "closed without a close frame"
     return info.value.rcvd.code, info.value.rcvd.reason
 
@@ -100,7 +106,6 @@ async def test_plain_http_get_is_426_in_the_error_shape(serve_app) -> None:
 
 
 async def test_sigterm_with_sockets_open_closes_them_1012_and_exits(runtime, dsn) -> None:
-    import asyncio
     import signal
 
     from .support import dispatcher_env, free_port, start, wait_for_port

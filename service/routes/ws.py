@@ -22,7 +22,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from .. import ws_messages as msg
 from ..auth import identify
 from ..errors import error_response
-from ..ws_session import Session
+from ..ws_session import UNAVAILABLE, Session
 
 log = logging.getLogger("hookrelay.api")
 
@@ -66,7 +66,11 @@ async def _tenant(websocket: WebSocket) -> str | None:
     if not isinstance(message, msg.Auth):
         await websocket.close(msg.CLOSE_UNAUTHORIZED, "the first message must be an auth message")
         return None
-    who = await identify(websocket, message.token)
+    try:
+        who = await identify(websocket, message.token)
+    except UNAVAILABLE:
+        await websocket.close(msg.CLOSE_UNAVAILABLE, "the database is unavailable; retry shortly")
+        return None
     if who is None:
         await websocket.close(msg.CLOSE_UNAUTHORIZED, "invalid credentials")
         return None
@@ -88,6 +92,8 @@ async def endpoint(websocket: WebSocket) -> None:
         await session.run()
     except WebSocketDisconnect:
         pass
+    except TimeoutError:  # a send the client did not read for SEND_TIMEOUT_S: it is gone
+        log.info("dropped a WebSocket client that stopped reading")
 
 
 routes = [
