@@ -6,6 +6,7 @@ key is never in a URL and nothing is fetched from another origin.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import AsyncIterator
@@ -129,8 +130,8 @@ async def test_the_documented_browser_snippet_follows_a_task(serve, receiver) ->
             await page.evaluate(
                 snippet
                 + "\nwindow.seen = [];"
-                + "\nfollowTasks(location.origin, %r, [%r], (t) => window.seen.push(t));"
-                % (key, task)
+                + f"\nfollowTasks(location.origin, {json.dumps(key)}, [{json.dumps(task)}],"
+                + " (t) => window.seen.push(t));"
             )
 
             async def seen() -> list[dict[str, object]]:
