@@ -203,6 +203,9 @@ async def test_the_tenants_stream_cap_counts_sockets_4429(serve_app, pool) -> No
             await send(second, type="auth", token=key)
             code, reason = await closed_with(second)
             assert code == msg.CLOSE_TOO_MANY_STREAMS and "HOOKRELAY_STREAMS_PER_TENANT" in reason
+            async with httpx.AsyncClient(base_url=served.url) as c:
+                r = await c.get("/v1/events", headers={"Authorization": f"Bearer {key}"})
+            assert r.status_code == 429  # SSE and WebSocket count together
             await first.close()
             await eventually(lambda: served.app.state.hub.open_count(tenant_id) == 0)
         async with connect(served.ws) as third:
