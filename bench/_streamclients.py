@@ -45,7 +45,8 @@ async def sse(http: aiohttp.ClientSession, url: str, key: str, task_id: str, up:
 
 
 async def ws(http: aiohttp.ClientSession, url: str, key: str, task_id: str, up: Any) -> None:
-    async with http.ws_connect(f"{url}/v1/ws", autoping=True, compress=0) as sock:
+    # Offers permessage-deflate, as browsers do.
+    async with http.ws_connect(f"{url}/v1/ws", autoping=True, compress=15) as sock:
         await sock.send_str(json.dumps({"type": "auth", "token": key}))
         await sock.send_str(json.dumps({"type": "subscribe", "taskIds": [task_id]}))
         async for frame in sock:

@@ -92,6 +92,11 @@ def uvicorn_config(
         proxy_headers=False,
         timeout_graceful_shutdown=graceful_s,
         ws_max_size=WS_MAX_BYTES,
+        # permessage-deflate keeps a zlib compressor and decompressor per socket for
+        # its whole life: measured (python -m bench streams, clients offering it as
+        # browsers do) 77 MB per 1,000 idle sockets with it, 35 MB without. Task
+        # messages are small JSON; the memory is worth more than the bytes.
+        ws_per_message_deflate=False,
         ws_ping_interval=limits.ws_ping_s,
         ws_ping_timeout=limits.ws_ping_s,
     )
