@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import resource
 import subprocess
@@ -45,6 +46,12 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds the process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def raise_nofile() -> int:
@@ -184,7 +191,9 @@ async def main() -> None:
             if up != args.clients:
                 raise RuntimeError(f"only {up} of {args.clients} {kind} clients connected")
             rss[kind] = await settle(api.pid)
+        cpu_before, wall_before = cpu_s(api.pid), time.monotonic()
         sent = await drive(dsn, [t for _, t in follows], args.rate, args.seconds)
+        api_cpu = (cpu_s(api.pid) - cpu_before) / (time.monotonic() - wall_before)
         await asyncio.sleep(2)  # the last changes reach their clients
         results = {c.kind: c.results() for c in clients}
     finally:
@@ -198,7 +207,9 @@ async def main() -> None:
     lines = [
         f"{args.clients:,} tasks over {args.tenants} tenants, each followed by one client of "
         f"each kind ({len(kinds) * args.clients:,} connections); {len(sent):,} progress reports at "
-        f"{args.rate:g}/s; API RSS {rss['none']:.0f} MB with no client; RLIMIT_NOFILE {nofile}",
+        f"{args.rate:g}/s; the API process used {api_cpu:.0%} of a core meanwhile; "
+        f"API RSS {rss['none']:.0f} MB with no client; RLIMIT_NOFILE {nofile}; "
+        f"load average {os.getloadavg()[0]:.1f} at the end",
         "",
         "| clients | p50 ms | p99 ms | max ms | deliveries | missed | errors "
         "| RSS per 1,000 idle |",

@@ -307,3 +307,29 @@ async def test_past_the_retained_log_resume_says_reset_and_goes_on(serve_app, po
             await recv(ws)
             now = await recv(ws)
         assert now["sequence"] == 0 and now["task"]["progress"]["percent"] == 50
+
+
+async def test_the_database_away_is_said_and_the_socket_stays(serve_app, pool, monkeypatch) -> None:
+    from service import ws_session
+    from service.routes import ws as route
+
+    async def away(*args: Any, **kwargs: Any) -> Any:
+        raise asyncpg.CannotConnectNowError("the database system is starting up")
+
+    async with serve_app() as served:
+        key = await new_tenant(served.url)
+        task_id = await new_task(pool, await tenant_of(pool, key))
+        async with connect(served.ws) as ws:
+            await auth(ws, key)
+            monkeypatch.setattr(ws_session.changes, "current_changes", away)
+            await send(ws, type="subscribe", taskIds=[task_id])
+            told = await recv(ws)
+            assert told["type"] == "error" and told["code"] == "unavailable"
+            monkeypatch.undo()
+            await send(ws, type="subscribe", taskIds=[task_id])
+            assert (await recv(ws))["type"] == "subscribed"
+        monkeypatch.setattr(route, "identify", away)
+        async with connect(served.ws) as ws:
+            await send(ws, type="auth", token=key)
+            code, _ = await closed_with(ws)
+        assert code == msg.CLOSE_UNAVAILABLE
