@@ -310,7 +310,7 @@ async def test_past_the_retained_log_resume_says_reset_and_goes_on(serve_app, po
 
 
 async def test_the_database_away_is_said_and_the_socket_stays(serve_app, pool, monkeypatch) -> None:
-    from service import ws_session
+    from outbox.store import changes
     from service.routes import ws as route
 
     async def away(*args: Any, **kwargs: Any) -> Any:
@@ -321,7 +321,7 @@ async def test_the_database_away_is_said_and_the_socket_stays(serve_app, pool, m
         task_id = await new_task(pool, await tenant_of(pool, key))
         async with connect(served.ws) as ws:
             await auth(ws, key)
-            monkeypatch.setattr(ws_session.changes, "current_changes", away)
+            monkeypatch.setattr(changes, "current_changes", away)
             await send(ws, type="subscribe", taskIds=[task_id])
             told = await recv(ws)
             assert told["type"] == "error" and told["code"] == "unavailable"
