@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 
+from starlette.applications import Starlette
+
 from outbox.db import create_pool
 from outbox.sweeper import sweeping
 
@@ -44,6 +46,13 @@ def _banner(runtime: Runtime, url: str) -> None:
             "or: hookrelay tenants create acme\n"
         )
     print(printable("\n".join(lines), keep_newlines=True), flush=True)
+
+
+def _end_long_responses(app: Starlette) -> None:
+    # uvicorn waits for open responses before it shuts the app down: streams end
+    # and long-polls answer now, rather than outlast the graceful timeout.
+    app.state.hub.end_all()
+    app.state.watcher.release_all()
 
 
 def _url(host: str, port: int) -> str:
@@ -86,7 +95,7 @@ async def serve(settings: Settings, *, with_dispatcher: bool) -> None:
             server = lifecycle.Server(
                 config,
                 on_listening=lambda: _banner(ready, _url(settings.host, settings.port)),
-                on_shutdown=app.state.hub.end_all,
+                on_shutdown=lambda: _end_long_responses(app),
             )
             stopping.on_stop(server.stop, force=server.force)
             await server.serve(sockets=[sock])

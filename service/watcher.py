@@ -18,6 +18,7 @@ from outbox.store import TASKS_CHANNEL
 class TaskWatcher:
     def __init__(self, dsn: str) -> None:
         self._waiters: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
+        self._released = False
         self._listener = Listener(
             dsn, TASKS_CHANNEL, self._notified, on_gap=self._wake_all, name="hookrelay-watcher"
         )
@@ -35,8 +36,13 @@ class TaskWatcher:
 
     @contextlib.contextmanager
     def watch(self, task_id: str) -> Iterator[asyncio.Event]:
-        """An event set when ``task_id`` changes; subscribe *before* reading the task."""
+        """An event set when ``task_id`` changes; subscribe *before* reading the task.
+
+        Once shutdown began (:meth:`release_all`) the event is already set.
+        """
         event = asyncio.Event()
+        if self._released:
+            event.set()
         self._waiters[task_id].add(event)
         try:
             yield event
@@ -46,6 +52,15 @@ class TaskWatcher:
                 waiting.discard(event)
                 if not waiting:
                     del self._waiters[task_id]
+
+    def release_all(self) -> None:
+        """Shutdown began: every long-poll answers now, with the task as it is.
+
+        A waiter would otherwise hold its response open until its ``?wait`` ran
+        out, past uvicorn's graceful timeout, and be cut off instead of answered.
+        """
+        self._released = True
+        self._wake_all()
 
     def _notified(self, task_id: str) -> None:
         for event in self._waiters.get(task_id, ()):

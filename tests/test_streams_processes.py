@@ -83,3 +83,25 @@ async def test_sigterm_with_open_streams_ends_them_and_exits_cleanly(two_apis) -
     # Shutdown did not sit out uvicorn's graceful timeout waiting on the streams.
     assert b"graceful shutdown exceeded" not in err
     assert b"Waiting for connections to close" not in err
+
+
+async def test_sigterm_answers_open_long_polls(two_apis) -> None:
+    proc, url = two_apis[0]
+    async with httpx.AsyncClient(base_url=url, timeout=60) as c:
+        key = (await c.post("/v1/admin/tenants", json={"name": "acme"}, headers=ADMIN)).json()[
+            "apiKey"
+        ]
+        body = {"type": "t", "callbackUrl": HOOK}
+        task_id = (await c.post("/v1/tasks", json=body, headers=bearer(key))).json()["id"]
+        # Longer than uvicorn's graceful timeout (HOOKRELAY_HTTP_TIMEOUT_S + 5 s): unanswered,
+        # the poll would be cut off when that ran out.
+        poll = asyncio.ensure_future(
+            c.get(f"/v1/tasks/{task_id}", params={"wait": "30"}, headers=bearer(key))
+        )
+        await asyncio.sleep(0.5)  # the poll is waiting (if not, it is answered anyway)
+        proc.send_signal(signal.SIGTERM)
+        r = await poll
+    assert r.status_code == 200 and r.json()["status"] == "queued"
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert b"Traceback" not in err and b"graceful shutdown exceeded" not in err
