@@ -149,6 +149,31 @@ async def test_task_stream_past_retention_says_so_then_sends_the_current_state(
     assert current and current["id"] == "3" and current["json"]["progress"]["percent"] == 10
 
 
+async def test_task_stream_resumed_beyond_its_version_says_so_then_sends_the_current_state(
+    http, key
+) -> None:
+    # An id from another task or another database: silence would leave the client
+    # waiting for a version that may never come (and a finished task's stream empty).
+    task_id = await submit(http, key)
+    await admin(http, task_id, "start")
+    for last in ("99", "3"):
+        headers = {**bearer(key), "Last-Event-ID": last}
+        async with http.stream("GET", f"/v1/tasks/{task_id}/events", headers=headers) as r:
+            events = Events(r)
+            reset, current = await events.next(), await events.next()
+        assert reset and reset["event"] == "reset", last
+        assert reset["json"]["code"] == "unknown_position"
+        assert reset["json"]["lastEventId"] == int(last) and reset["json"]["resumeAfter"] == 2
+        assert current and current["id"] == "2" and current["json"]["status"] == "running"
+    await admin(http, task_id, "complete", {"status": "succeeded"})
+    headers = {**bearer(key), "Last-Event-ID": "99"}
+    async with http.stream("GET", f"/v1/tasks/{task_id}/events", headers=headers) as r:
+        events = Events(r)
+        got = [await events.next() for _ in range(3)]
+    assert [e and e.get("event") for e in got] == ["reset", "task", None]
+    assert got[1] and got[1]["json"]["status"] == "succeeded"
+
+
 async def test_tenant_stream_orders_resumes_without_gap_or_duplicate(http, key) -> None:
     a, b = await submit(http, key), await submit(http, key)
     async with http.stream("GET", "/v1/events", headers=bearer(key)) as r:

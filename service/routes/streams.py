@@ -85,6 +85,18 @@ async def _task_stream(
     request: Request, sub: Subscription, task: Task, after: int | None, heartbeat_s: float
 ) -> AsyncIterator[bytes]:
     sent = after or 0  # the last version the client has
+    if after is not None and after > task.version:
+        # Not a version of this task (another task's id, another database): waiting
+        # for it would send nothing, perhaps for good. Say so, then start over.
+        unknown = {
+            "code": "unknown_position",
+            "message": f"version {after} is beyond this task's version {task.version}; "
+            "the current state follows",
+            "lastEventId": after,
+            "resumeAfter": task.version,
+        }
+        yield reset_frame(unknown)
+        after, sent = None, 0
     if after is None or after < task.version:
         async for chunk, version, terminal in _replay(request, task, after):
             yield chunk
