@@ -258,14 +258,27 @@ def _op(
     return op
 
 
-def _stream(summary: str, params: list[Schema], op_id: str, errors: tuple[int, ...]) -> Schema:
-    """A Server-Sent Events route: 200 is text/event-stream, errors are JSON."""
+def _stream(
+    summary: str,
+    params: list[Schema],
+    op_id: str,
+    errors: tuple[int, ...],
+    *,
+    ends: bool = False,
+) -> Schema:
+    """A Server-Sent Events route: 200 is text/event-stream, errors are JSON; ``ends``:
+    204 when the client already has the last event there will ever be."""
     op = _op(summary, (200, {}), params=params, errors=errors, op_id=op_id)
     op["responses"]["200"] = {
         "description": "Server-Sent Events: `event: task` with the task as `data`, "
         "`event: reset` when history is gone, `: ping` comments",
         "content": {"text/event-stream": {"schema": {"type": "string"}}},
     }
+    if ends:
+        op["responses"]["204"] = {
+            "description": "Last-Event-ID is the finished task's final version: nothing more "
+            "will come (EventSource stops reconnecting)"
+        }
     return op
 
 
@@ -378,6 +391,7 @@ def spec() -> Schema:
                     [*tid, LAST_EVENT_ID],
                     "streamTask",
                     (400, 401, 403, 404, 429),
+                    ends=True,
                 )
             },
             "/v1/events": {

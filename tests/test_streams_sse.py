@@ -128,10 +128,10 @@ async def test_task_stream_resumes_after_last_event_id(http, key) -> None:
         got = [await events.next() for _ in range(3)]
     assert [e and e["id"] for e in got] == ["3", "4", None]
     assert got[1] and got[1]["json"]["status"] == "failed"
-    # Up to date with a finished task: nothing to send, the stream just ends.
+    # Up to date with a finished task: 204, which tells EventSource to stop reconnecting.
     headers["Last-Event-ID"] = "4"
     r = await http.get(f"/v1/tasks/{task_id}/events", headers=headers)
-    assert r.status_code == 200 and r.text == ""
+    assert r.status_code == 204 and r.text == ""
 
 
 async def test_task_stream_past_retention_says_so_then_sends_the_current_state(
@@ -146,6 +146,7 @@ async def test_task_stream_past_retention_says_so_then_sends_the_current_state(
         events = Events(r)
         reset, current = await events.next(), await events.next()
     assert reset and reset["event"] == "reset" and reset["json"]["code"] == "history_expired"
+    assert reset["json"]["lastEventId"] == 1 and reset["json"]["resumeAfter"] == 3
     assert current and current["id"] == "3" and current["json"]["progress"]["percent"] == 10
 
 

@@ -76,6 +76,11 @@ async def task_events(request: Request) -> Response:
     if task is None:
         sub.close()
         raise NotFound("task not found")
+    if task.terminal and after == task.version:
+        # The client has the final state: 204 is what tells EventSource to stop
+        # reconnecting (an empty 200 would have it come back every few seconds).
+        sub.close()
+        return Response(status_code=204)
     heartbeat = request.app.state.settings.stream_heartbeat_s
     stream = _task_stream(request, sub, task, after, heartbeat)
     return EventStream(stream, sub.close)
@@ -141,6 +146,7 @@ async def _replay(
             "message": f"versions after {after} are no longer kept "
             "(HOOKRELAY_STREAM_RETENTION_S); the current state follows",
             "lastEventId": after,
+            "resumeAfter": task.version,
         }
         yield reset_frame(expired), after, False
     yield frame("task", render(task.to_resource()), task.version), task.version, task.terminal
