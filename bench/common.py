@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import os
 import subprocess
@@ -44,12 +45,39 @@ async def server_facts(dsn: str) -> str:
     return f"PostgreSQL {version.split()[0]}, autovacuum {autovacuum}"
 
 
+# (server, database) made by fresh_database, dropped when the benchmark exits: a run
+# against someone's own server (DATABASE_URL) leaves nothing behind.
+_created: list[tuple[str, str]] = []
+
+
+def _drop_created() -> None:
+    async def drop() -> None:
+        for server, name in _created:
+            conn = await asyncpg.connect(server)
+            try:
+                # FORCE: a child process the benchmark could not stop may still be connected.
+                await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            finally:
+                await conn.close()
+
+    try:
+        asyncio.run(drop())
+    except (OSError, asyncpg.PostgresError) as exc:
+        print(f"could not drop the benchmark databases: {exc}", file=sys.stderr)
+
+
 async def fresh_database(server: str) -> str:
-    """A new database on ``server`` with the schema migrated in; returns its DSN."""
+    """A new database on ``server`` with the schema migrated in; returns its DSN.
+
+    It is dropped when the process exits.
+    """
     name = f"hookrelay_bench_{uuid.uuid4().hex[:8]}"
     conn = await asyncpg.connect(server)
     await conn.execute(f'CREATE DATABASE "{name}"')
     await conn.close()
+    if not _created:
+        atexit.register(_drop_created)
+    _created.append((server, name))
     dsn = urlunsplit(urlsplit(server)._replace(path="/" + name))
     conn = await asyncpg.connect(dsn)
     await apply_schema(conn)
