@@ -10,13 +10,13 @@ the README's pictures) or to the test's temporary directory.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from .browser import chromium
 from .receiver import Receiver, failing_until_healthy
 from .support import (
     ADMIN,
@@ -31,15 +31,7 @@ from .test_console import HOSTILE
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-CHROMIUM = os.environ.get("HOOKRELAY_CHROMIUM") or next(
-    (p for p in ("/usr/bin/chromium", shutil.which("chromium") or "") if p and Path(p).exists()),
-    None,
-)
-playwright = pytest.importorskip("playwright.async_api", reason="playwright is not installed")
-if CHROMIUM is None:
-    if os.environ.get("CI"):
-        raise RuntimeError("CI must run the browser tests: install chromium (see .ci/run)")
-    pytest.skip("no Chromium found (apt-get install chromium)", allow_module_level=True)
+CHROMIUM = chromium()
 
 
 @pytest.fixture

@@ -15,7 +15,16 @@ import pytest
 from outbox import ed25519, signing
 
 from .receiver import Receiver
-from .support import ADMIN, ROOT, bearer, dispatcher_env, free_port, start, wait_for_port
+from .support import (
+    ADMIN,
+    ROOT,
+    bearer,
+    dispatcher_env,
+    free_port,
+    start,
+    submit_and_complete,
+    wait_for_port,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -88,15 +97,6 @@ async def serve(runtime, dsn, request) -> AsyncIterator[tuple[httpx.AsyncClient,
         await proc.wait()
 
 
-async def finish_task(c: httpx.AsyncClient, key: str, url: str) -> str:
-    r = await c.post("/v1/tasks", json={"type": "t", "callbackUrl": url}, headers=bearer(key))
-    assert r.status_code == 202, r.text
-    task_id: str = r.json()["id"]
-    r = await c.post(f"/v1/tasks/{task_id}/complete", json={"status": "succeeded"}, headers=ADMIN)
-    assert r.status_code == 200, r.text
-    return task_id
-
-
 async def delivery(c: httpx.AsyncClient, key: str, task_id: str, want: str) -> dict[str, Any]:
     deadline = time.monotonic() + 20
     while True:
@@ -110,7 +110,7 @@ async def delivery(c: httpx.AsyncClient, key: str, task_id: str, want: str) -> d
 async def test_verified_webhook_is_printed_and_answered_204(serve) -> None:
     c, tenant = serve
     async with listen("--secret", tenant["signingSecret"]) as rx:
-        task_id = await finish_task(c, tenant["apiKey"], rx.url)
+        task_id = await submit_and_complete(c, tenant["apiKey"], rx.url)
         await rx.wait_for("<-- 204")
         d = await delivery(c, tenant["apiKey"], task_id, "delivered")
     assert "signature verified (v1)" in rx.text and "NOT verified" not in rx.text
@@ -121,7 +121,7 @@ async def test_verified_webhook_is_printed_and_answered_204(serve) -> None:
 async def test_wrong_secret_is_reported_and_refused(serve) -> None:
     c, tenant = serve
     async with listen("--secret", signing.generate_secret()) as rx:
-        task_id = await finish_task(c, tenant["apiKey"], rx.url)
+        task_id = await submit_and_complete(c, tenant["apiKey"], rx.url)
         d = await delivery(c, tenant["apiKey"], task_id, "dead")
     assert rx.text.count("signature NOT verified: no signature matches") == 2
     assert d["lastStatusCode"] == 400
@@ -137,7 +137,7 @@ async def test_v1a_webhook_verifies_with_the_public_key(serve) -> None:
     # A key from before a rotation beside the current one: either may verify.
     old = ed25519.generate_keypair().public_key
     async with listen("--public-key", old, "--public-key", tenant["publicKey"]) as rx:
-        task_id = await finish_task(c, tenant["apiKey"], rx.url)
+        task_id = await submit_and_complete(c, tenant["apiKey"], rx.url)
         await rx.wait_for("<-- 204")
         d = await delivery(c, tenant["apiKey"], task_id, "delivered")
     assert "verified with 2 public keys (v1a)" in rx.text
@@ -149,7 +149,7 @@ async def test_v1a_webhook_verifies_with_the_public_key(serve) -> None:
 async def test_v1a_with_a_wrong_public_key_is_refused(serve) -> None:
     c, tenant = serve
     async with listen("--public-key", ed25519.generate_keypair().public_key) as rx:
-        task_id = await finish_task(c, tenant["apiKey"], rx.url)
+        task_id = await submit_and_complete(c, tenant["apiKey"], rx.url)
         d = await delivery(c, tenant["apiKey"], task_id, "dead")
     assert rx.text.count("signature NOT verified: no signature matches") == 2
     assert d["lastStatusCode"] == 400
@@ -162,7 +162,7 @@ async def test_v1a_tampered_body_is_refused_and_the_genuine_one_forwarded(serve)
     try:
         key = tenant["publicKey"]
         async with listen("--public-key", key, "--forward", app.url) as rx:
-            task_id = await finish_task(c, tenant["apiKey"], rx.url)
+            task_id = await submit_and_complete(c, tenant["apiKey"], rx.url)
             await app.wait_for(1)
             got = app.received[0]
             signing.verify([], got.headers, got.body, public_keys=[key])
@@ -184,7 +184,7 @@ async def test_a_secret_for_a_both_tenant_verifies_v1(serve) -> None:
     c, tenant = serve
     args = ("--secret", tenant["signingSecret"], "--public-key", tenant["publicKey"])
     async with listen(*args) as rx:
-        task_id = await finish_task(c, tenant["apiKey"], rx.url)
+        task_id = await submit_and_complete(c, tenant["apiKey"], rx.url)
         await delivery(c, tenant["apiKey"], task_id, "delivered")
     assert "signature verified (v1)" in rx.text
     assert "verified with 1 secret (v1) and 1 public key (v1a)" in rx.text
@@ -193,7 +193,7 @@ async def test_a_secret_for_a_both_tenant_verifies_v1(serve) -> None:
 async def test_status_option_makes_hookrelay_retry_then_dead_letter(serve) -> None:
     c, tenant = serve
     async with listen("--secret", tenant["signingSecret"], "--status", "500") as rx:
-        task_id = await finish_task(c, tenant["apiKey"], rx.url)
+        task_id = await submit_and_complete(c, tenant["apiKey"], rx.url)
         d = await delivery(c, tenant["apiKey"], task_id, "dead")
     assert rx.text.count("<-- 500 (--status)") == 2 and d["attempts"] == 2
 
@@ -201,7 +201,7 @@ async def test_status_option_makes_hookrelay_retry_then_dead_letter(serve) -> No
 async def test_without_secret_nothing_is_verified(serve) -> None:
     c, tenant = serve
     async with listen() as rx:
-        task_id = await finish_task(c, tenant["apiKey"], rx.url)
+        task_id = await submit_and_complete(c, tenant["apiKey"], rx.url)
         await delivery(c, tenant["apiKey"], task_id, "delivered")
     assert "signature not checked (no --secret or --public-key given)" in rx.text
 
@@ -211,7 +211,7 @@ async def test_forward_passes_verified_webhooks_and_the_apps_answer(serve) -> No
     app = await Receiver().start()
     try:
         async with listen("--secret", tenant["signingSecret"], "--forward", app.url) as rx:
-            task_id = await finish_task(c, tenant["apiKey"], rx.url)
+            task_id = await submit_and_complete(c, tenant["apiKey"], rx.url)
             await app.wait_for(1)
             await delivery(c, tenant["apiKey"], task_id, "delivered")
             got = app.received[0]
@@ -227,7 +227,7 @@ async def test_forward_failure_answers_502(serve) -> None:
     c, tenant = serve
     nowhere = f"http://127.0.0.1:{free_port()}/"
     async with listen("--secret", tenant["signingSecret"], "--forward", nowhere) as rx:
-        task_id = await finish_task(c, tenant["apiKey"], rx.url)
+        task_id = await submit_and_complete(c, tenant["apiKey"], rx.url)
         d = await delivery(c, tenant["apiKey"], task_id, "dead")
     assert d["lastStatusCode"] == 502 and f"forward to {nowhere} failed" in rx.text
 

@@ -7,39 +7,23 @@ key is never in a URL and nothing is fetched from another origin.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import httpx
 import pytest
 
-from .support import ADMIN, bearer, dispatcher_env, free_port, start, wait_for_port
+from .browser import chromium
+from .support import ADMIN, bearer, dispatcher_env, serving
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-CHROMIUM = os.environ.get("HOOKRELAY_CHROMIUM") or next(
-    (p for p in ("/usr/bin/chromium", shutil.which("chromium") or "") if p and Path(p).exists()),
-    None,
-)
-playwright = pytest.importorskip("playwright.async_api", reason="playwright is not installed")
-if CHROMIUM is None:
-    if os.environ.get("CI"):
-        raise RuntimeError("CI must run the browser tests: install chromium (see .ci/run)")
-    pytest.skip("no Chromium found (apt-get install chromium)", allow_module_level=True)
+CHROMIUM = chromium()
 
 
 @pytest.fixture
 async def serve(runtime, dsn) -> AsyncIterator[str]:
-    port = free_port()
-    proc = await start("serve", dispatcher_env(runtime, dsn, port=str(port), host="127.0.0.1"))
-    try:
-        await wait_for_port(port, proc)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        await proc.wait()
+    async with serving("serve", dispatcher_env(runtime, dsn)) as url:
+        yield url
 
 
 async def test_a_partner_follows_a_task_live_from_submit_to_result(serve, receiver) -> None:

@@ -1,0 +1,28 @@
+"""What the browser tests share: the Chromium they drive, or a skip (never under CI)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+
+def chromium() -> str:
+    """Debian's Chromium (or ``HOOKRELAY_CHROMIUM``); without it the calling test module
+    is skipped, except under CI, where .ci/run installs it and a skip would hide a gap."""
+    pytest.importorskip("playwright.async_api", reason="playwright is not installed")
+    found = os.environ.get("HOOKRELAY_CHROMIUM") or next(
+        (
+            p
+            for p in ("/usr/bin/chromium", shutil.which("chromium") or "")
+            if p and Path(p).exists()
+        ),
+        None,
+    )
+    if found is None:
+        if os.environ.get("CI"):
+            raise RuntimeError("CI must run the browser tests: install chromium (see .ci/run)")
+        pytest.skip("no Chromium found (apt-get install chromium)", allow_module_level=True)
+    return found
