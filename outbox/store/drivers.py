@@ -15,8 +15,9 @@ service's own calls pay for one lookup and one small object.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any, Protocol, TypeVar, cast
 
@@ -46,10 +47,28 @@ class SyncDriver(Protocol):
     def lost(self, exc: Exception) -> bool: ...
 
 
+@contextlib.contextmanager
+def _running(driver: AsyncDriver | SyncDriver, plan: Plan[Any]) -> Iterator[None]:
+    """Close ``plan`` however it ends; a lost connection becomes :class:`DatabaseUnavailable`."""
+    try:
+        yield
+    except Exception as exc:
+        if driver.lost(exc):
+            raise DatabaseUnavailable(f"connection lost: {exc}") from exc
+        raise
+    finally:
+        plan.close()
+
+
+def _answer(step: Step, row: Row | None) -> Any:
+    """What the plan is sent back for ``step``: its decoded row, or None."""
+    return step.decode(row) if row is not None and step.decode else None
+
+
 async def run(conn: object, plan: Plan[T]) -> T:
     """Run ``plan`` on ``conn`` (asyncpg, psycopg async, SQLAlchemy async), atomically."""
     driver = async_driver(conn)
-    try:
+    with _running(driver, plan):
         async with driver.atomic():
             sent: Any = None
             while True:
@@ -57,35 +76,20 @@ async def run(conn: object, plan: Plan[T]) -> T:
                     step = plan.send(sent)
                 except StopIteration as done:
                     return cast(T, done.value)
-                row = await driver.fetch(step)
-                sent = step.decode(row) if row is not None and step.decode else None
-    except Exception as exc:
-        if driver.lost(exc):
-            raise DatabaseUnavailable(f"connection lost: {exc}") from exc
-        raise
-    finally:
-        plan.close()
+                sent = _answer(step, await driver.fetch(step))
 
 
 def run_sync(conn: object, plan: Plan[T]) -> T:
     """Run ``plan`` on ``conn`` (psycopg, SQLAlchemy ``Connection``/``Session``), atomically."""
     driver = sync_driver(conn)
-    try:
-        with driver.atomic():
-            sent: Any = None
-            while True:
-                try:
-                    step = plan.send(sent)
-                except StopIteration as done:
-                    return cast(T, done.value)
-                row = driver.fetch(step)
-                sent = step.decode(row) if row is not None and step.decode else None
-    except Exception as exc:
-        if driver.lost(exc):
-            raise DatabaseUnavailable(f"connection lost: {exc}") from exc
-        raise
-    finally:
-        plan.close()
+    with _running(driver, plan), driver.atomic():
+        sent: Any = None
+        while True:
+            try:
+                step = plan.send(sent)
+            except StopIteration as done:
+                return cast(T, done.value)
+            sent = _answer(step, driver.fetch(step))
 
 
 class AsyncpgDriver:
