@@ -27,7 +27,7 @@ from bench.procs import hookrelay, service_env
 from outbox import complete_task
 from outbox.dispatcher import Dispatcher, running
 from outbox.models import EventId
-from outbox.store import delivery
+from outbox.store import changes, delivery
 from outbox.store.delivery import ClaimedEvent
 from outbox.tasks import NewTask, create_task
 from outbox.tenants import NewKeys, NewTenant, create_tenant
@@ -73,6 +73,14 @@ async def eventually(
             name = what or getattr(predicate, "__qualname__", repr(predicate))
             raise AssertionError(f"not true after {timeout:g} s: {name} (last: {value!r})")
         await asyncio.sleep(every)
+
+
+async def purge_changes(pool: asyncpg.Pool, where: str, *args: Any) -> None:
+    """Delete the status streams' logged changes ``where`` holds, as retention would:
+    once every change committed so far is numbered (a queued one is not purged)."""
+    async with pool.acquire() as conn:
+        await changes.number_pending(conn)
+        await conn.execute(f"DELETE FROM task_changes WHERE {where}", *args)
 
 
 # -- dispatching in the test's own loop --------------------------------------------------
