@@ -7,7 +7,7 @@ the I/O differs. Streams and listings are async iterators: leave one early throu
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from datetime import datetime
 from typing import Any, TypeVar, cast
 
@@ -121,7 +121,7 @@ class AsyncClient:
 
     def follow(
         self, task_id: str, *, last_event_id: int | None = None, give_up_after: float | None = 300
-    ) -> AsyncIterator[following.TaskEvent]:
+    ) -> AsyncGenerator[following.TaskEvent, None]:
         """Each new version of the task until the terminal one. Lost connection:
         resumes from the last version; gives up after ``give_up_after`` s of failures."""
         return self._iterate(following.follow(task_id, self._clock, give_up_after, last_event_id))
@@ -132,7 +132,7 @@ class AsyncClient:
         last_event_id: int | None = None,
         updated_after: datetime | None = None,
         give_up_after: float | None = 300,
-    ) -> AsyncIterator[following.TaskEvent]:
+    ) -> AsyncGenerator[following.TaskEvent, None]:
         """Each new version of every task of the tenant, without end. Lost connection:
         resumes from the last sequence; after a reset, reconciles through the listing."""
         plan = following.follow_all(self._clock, give_up_after, last_event_id, updated_after)
@@ -144,7 +144,7 @@ class AsyncClient:
         status: TaskStatus | None = None,
         updated_after: datetime | str | None = None,
         page_size: int = 100,
-    ) -> AsyncIterator[Task]:
+    ) -> AsyncGenerator[Task, None]:
         """Every matching task, page after page (``nextCursor``). Each page retried."""
         return self._iterate(calls.tasks(status, updated_after, page_size))
 
@@ -210,7 +210,7 @@ class AsyncClient:
             plan.close()
             await streams.close()
 
-    async def _iterate(self, plan: Plan[None]) -> AsyncIterator[Any]:
+    async def _iterate(self, plan: Plan[None]) -> AsyncGenerator[Any, None]:
         streams = _Streams()
         sent: Any = None
         error: Exception | None = None
