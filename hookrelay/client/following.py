@@ -54,20 +54,19 @@ def _event(task: Task, event_id: int | None, reconciled: bool = False) -> TaskEv
 
 
 class Versions:
-    """The last version handed out per task (the most recent ``REMEMBERED_TASKS``)."""
+    """The last version handed out per task, for the ``REMEMBERED_TASKS`` seen last."""
 
     def __init__(self) -> None:
         self._last: OrderedDict[str, int] = OrderedDict()
 
     def newer(self, task: Task) -> bool:
         """Whether ``task`` is a version not handed out yet; if so, remember it."""
-        if self._last.get(task.id, 0) >= task.version:
-            return False
-        self._last[task.id] = task.version
+        known = self._last.get(task.id, 0)
+        self._last[task.id] = max(known, task.version)
         self._last.move_to_end(task.id)
         if len(self._last) > REMEMBERED_TASKS:
             self._last.popitem(last=False)
-        return True
+        return task.version > known
 
 
 class Reconnect:
