@@ -16,7 +16,7 @@ Adapters, each imported only when you import it (so only its framework is needed
 
 from .dedupe import AsyncSeen, MemorySeen, Seen
 from .errors import BadSignature, InvalidPayload, MissingHeader, StaleTimestamp, VerificationError
-from .verify import Verifier, WebhookEvent, verify
+from .signatures import Verifier, WebhookEvent, verify
 
 __all__ = [
     "AsyncSeen",

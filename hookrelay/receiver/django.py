@@ -22,7 +22,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonR
 from django.views.decorators.csrf import csrf_exempt
 
 from .errors import VerificationError
-from .verify import DEFAULT_TOLERANCE_S, Verifier, WebhookEvent
+from .signatures import DEFAULT_TOLERANCE_S, Verifier, WebhookEvent
 
 __all__ = ["webhook"]
 

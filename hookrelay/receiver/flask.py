@@ -19,7 +19,7 @@ from typing import Any
 from flask import request
 
 from .errors import VerificationError
-from .verify import DEFAULT_TOLERANCE_S, Verifier
+from .signatures import DEFAULT_TOLERANCE_S, Verifier
 
 __all__ = ["webhook"]
 

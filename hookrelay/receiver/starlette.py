@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from .errors import VerificationError
-from .verify import DEFAULT_TOLERANCE_S, Verifier, WebhookEvent
+from .signatures import DEFAULT_TOLERANCE_S, Verifier, WebhookEvent
 
 __all__ = ["VerifiedWebhook", "webhook_endpoint"]
 
