@@ -144,6 +144,8 @@ async def test_follow_a_task_to_its_end(client) -> None:
         (3, "progress"),
         (4, "change"),
     ]
+    # Resuming from the final version: nothing more (the server answers 204).
+    assert [e async for e in client.follow(task.id, last_event_id=4)] == []
     with pytest.raises(NotFound):
         [e async for e in client.follow("task_nope")]
 

@@ -94,3 +94,27 @@ async def test_the_async_client_keeps_the_same_schedule() -> None:
     async with AsyncClient("http://hookrelay.test", "k", clock=clock, transport=transport) as c:
         assert (await c.wait("task_a", timeout=60)).status == "succeeded"
     assert clock.slept == [0.2, 0.4, 0.8, 1.6, 2.0]
+
+
+def test_a_server_that_holds_its_polls_is_asked_again_at_once() -> None:
+    clock, seen = FakeClock(), []
+
+    def held(request: httpx.Request) -> httpx.Response:
+        # Holds the poll for all of its ?wait=, then says unchanged (or, the third
+        # time, that the task moved on, and the fourth that it is done).
+        seen.append(request)
+        clock.t += float(request.url.params["wait"])
+        if len(seen) == 3:
+            return httpx.Response(200, json=task_json("running", 2), headers={"ETag": '"2"'})
+        if len(seen) == 4:
+            return httpx.Response(200, json=task_json("failed", 3), headers={"ETag": '"3"'})
+        return httpx.Response(
+            304 if len(seen) > 1 else 200, json=task_json(), headers={"ETag": '"1"'}
+        )
+
+    with Client(
+        "http://hookrelay.test", "k", clock=clock, transport=httpx.MockTransport(held)
+    ) as c:
+        assert c.wait("task_a", timeout=100).status == "failed"
+    assert clock.slept == []  # never a pause: each answer came when it should
+    assert [r.url.params["wait"] for r in seen] == ["30", "30", "30", "10"]

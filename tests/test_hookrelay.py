@@ -1,4 +1,4 @@
-"""The hookrelay package needs only httpx, tenacity and cryptography.
+"""The hookrelay package needs only httpx, tenacity and cryptography; its task model.
 
 A partner installs it to talk to a remote server; a receiver to verify webhooks. A
 child interpreter whose import system refuses every third-party package but those
@@ -8,10 +8,16 @@ The framework adapters need their framework, and only theirs.
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import textwrap
 
+import pytest
+
+from hookrelay.models import Task
+
+from .clientfakes import task_json
 from .support import ROOT
 
 GUARD = textwrap.dedent(
@@ -83,3 +89,14 @@ def test_each_adapter_needs_its_framework_and_no_other() -> None:
         done = run(frameworks | {"*"}, code + "print(sorted(FRAMEWORKS & set(sys.modules)))")
         assert done.returncode == 0, done.stderr
         assert done.stdout.split() == [f"['{module}']"], module
+
+
+def test_the_task_resource_parses_into_frozen_dataclasses() -> None:
+    progress = {"percent": 40, "message": "m", "updatedAt": "2026-01-01T00:00:03Z"}
+    task = Task.from_json(task_json("running", 3, progress=progress, extra="ignored"))
+    assert task.is_progress and not task.terminal and task.progress is not None
+    assert task.delivery is not None and task.delivery.status == "none"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        task.status = "failed"  # type: ignore[misc]
+    with pytest.raises(ValueError, match="required time"):
+        Task.from_json({**task_json(), "createdAt": None})
