@@ -9,43 +9,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from datetime import datetime
-from typing import Any, TypeVar, cast
+from typing import Any
 
 import httpx
-from tenacity import AsyncRetrying
 
 from ..models import Attempt, Task, TaskStatus, TerminalStatus, TestEvent
 from . import calls, following, retry, waiting
+from .aio_driver import AsyncDriver
 from .backoff import AsyncClock, AsyncSystemClock
-from .base import Settings, check, failed, request_for
-from .errors import ApiError
-from .ops import Emit, Next, Op, Open, Plan, Reply, Send, Sleep
-from .sse import Parser, ServerEvent
-
-T = TypeVar("T")
-
-
-class _Stream:
-    """The one stream a plan has open, read event by event."""
-
-    def __init__(self, response: httpx.Response) -> None:
-        self.response, self.lines, self.parser = response, response.aiter_lines(), Parser()
-
-    async def next(self) -> ServerEvent | None:
-        with failed():
-            async for line in self.lines:
-                if (event := self.parser.feed(line)) is not None:
-                    return event
-        return None
-
-
-class _Streams:
-    current: _Stream | None = None
-
-    async def close(self) -> None:
-        if self.current is not None:
-            await self.current.response.aclose()
-            self.current = None
+from .base import Settings
 
 
 class AsyncClient:
@@ -65,9 +37,10 @@ class AsyncClient:
         transport: httpx.AsyncBaseTransport | None = None,
         clock: AsyncClock | None = None,
     ) -> None:
-        self._settings = Settings(api_key, admin_token, timeout, attempts)
+        settings = Settings(api_key, admin_token, timeout, attempts)
         self._http = httpx.AsyncClient(base_url=base_url, timeout=timeout, transport=transport)
         self._clock: AsyncClock = clock or AsyncSystemClock()
+        self._driver = AsyncDriver(self._http, settings, self._clock)
         self._cache = calls.TaskCache()
 
     def __repr__(self) -> str:
@@ -108,23 +81,25 @@ class AsyncClient:
             heartbeat_timeout_seconds=heartbeat_timeout_seconds,
             on_timeout=on_timeout,
         )
-        return await self._run(plan)
+        return await self._driver.run(plan)
 
     async def get(self, task_id: str) -> Task:
         """The task; unchanged since the last read (304), the task read then. Retried."""
-        return await self._run(calls.get(task_id, self._cache))
+        return await self._driver.run(calls.get(task_id, self._cache))
 
     async def wait(self, task_id: str, timeout: float = 60.0) -> Task:
         """The task once terminal; :class:`WaitTimeout` (with the last state) after
         ``timeout`` s. Lost connection: polls again with backoff until the timeout."""
-        return await self._run(waiting.wait(task_id, timeout, self._clock, self._cache))
+        return await self._driver.run(waiting.wait(task_id, timeout, self._clock, self._cache))
 
     def follow(
         self, task_id: str, *, last_event_id: int | None = None, give_up_after: float | None = 300
     ) -> AsyncGenerator[following.TaskEvent, None]:
         """Each new version of the task until the terminal one. Lost connection:
         resumes from the last version; gives up after ``give_up_after`` s of failures."""
-        return self._iterate(following.follow(task_id, self._clock, give_up_after, last_event_id))
+        return self._driver.iterate(
+            following.follow(task_id, self._clock, give_up_after, last_event_id)
+        )
 
     def follow_all(
         self,
@@ -136,7 +111,7 @@ class AsyncClient:
         """Each new version of every task of the tenant, without end. Lost connection:
         resumes from the last sequence; after a reset, reconciles through the listing."""
         plan = following.follow_all(self._clock, give_up_after, last_event_id, updated_after)
-        return self._iterate(plan)
+        return self._driver.iterate(plan)
 
     def tasks(
         self,
@@ -146,131 +121,48 @@ class AsyncClient:
         page_size: int = 100,
     ) -> AsyncGenerator[Task, None]:
         """Every matching task, page after page (``nextCursor``). Each page retried."""
-        return self._iterate(calls.tasks(status, updated_after, page_size))
+        return self._driver.iterate(calls.tasks(status, updated_after, page_size))
 
     async def deliveries(self, task_id: str) -> list[Attempt]:
         """The attempt log of the task's webhook. Retried."""
-        return await self._run(calls.deliveries(task_id))
+        return await self._driver.run(calls.deliveries(task_id))
 
     async def redeliver(self, task_id: str) -> Task:
         """Send the terminal webhook again (same event id). Lost answer: sent again; the
         409 "already pending" that the first send caused is taken as its answer."""
-        return await self._run(calls.redeliver(task_id))
+        return await self._driver.run(calls.redeliver(task_id))
 
     async def cancel(self, task_id: str) -> Task:
         """Cancel the task. Lost answer: sent again; a 409 showing it cancelled is the answer."""
-        return await self._run(calls.cancel(task_id))
+        return await self._driver.run(calls.cancel(task_id))
 
     async def test_event(self, callback_url: str) -> TestEvent:
         """Send a signed ping to ``callback_url``. Sent again only if the request never
         left (a lost answer raises :class:`TransportError`: a resend is a second ping)."""
-        return await self._run(calls.test_event(callback_url))
+        return await self._driver.run(calls.test_event(callback_url))
 
     async def get_test_event(self, event_id: str) -> TestEvent:
         """A test event with its attempts. Retried."""
-        return await self._run(calls.get_test_event(event_id))
+        return await self._driver.run(calls.get_test_event(event_id))
 
     async def public_keys(self) -> list[str]:
         """The ``whpk_`` keys that sign the tenant's ``v1a`` webhooks now. Retried."""
-        return await self._run(calls.public_keys())
+        return await self._driver.run(calls.public_keys())
 
     # -- executor (admin token) -------------------------------------------------------
 
     async def start(self, task_id: str) -> Task:
         """queued → running. Lost answer: sent again; a 409 showing it running is the answer."""
-        return await self._run(calls.start(task_id))
+        return await self._driver.run(calls.start(task_id))
 
     async def complete(
         self, task_id: str, status: TerminalStatus, *, result: Any = None, error: Any = None
     ) -> Task:
         """→ terminal ``status``. Lost answer: sent again; a 409 showing this very outcome
         is the answer (any other terminal state raises :class:`Conflict`)."""
-        return await self._run(calls.complete(task_id, status, result, error))
+        return await self._driver.run(calls.complete(task_id, status, result, error))
 
     async def progress(self, task_id: str, percent: float, message: str | None = None) -> Task:
         """Report progress (also the heartbeat). Lost answer: sent again (an equal
         percent is a plain heartbeat)."""
-        return await self._run(calls.progress(task_id, percent, message))
-
-    # -- the driver -------------------------------------------------------------------
-
-    async def _run(self, plan: Plan[T]) -> T:
-        streams = _Streams()
-        sent: Any = None
-        error: Exception | None = None
-        try:
-            while True:
-                try:
-                    op = plan.throw(error) if error is not None else plan.send(sent)
-                except StopIteration as done:
-                    return cast(T, done.value)
-                assert not isinstance(op, Emit), "a one-answer call emitted items"
-                sent, error = await self._perform(op, streams)
-        finally:
-            plan.close()
-            await streams.close()
-
-    async def _iterate(self, plan: Plan[None]) -> AsyncGenerator[Any, None]:
-        streams = _Streams()
-        sent: Any = None
-        error: Exception | None = None
-        try:
-            while True:
-                try:
-                    op = plan.throw(error) if error is not None else plan.send(sent)
-                except StopIteration:
-                    return
-                if isinstance(op, Emit):
-                    sent, error = None, None
-                    yield op.item
-                else:
-                    sent, error = await self._perform(op, streams)
-        finally:
-            plan.close()
-            await streams.close()
-
-    async def _perform(self, op: Op, streams: _Streams) -> tuple[Any, Exception | None]:
-        """(answer, None), or (None, the error to hand to the plan)."""
-        try:
-            if isinstance(op, Send):
-                return await self._send(op), None
-            if isinstance(op, Sleep):
-                await self._clock.sleep(op.seconds)
-            elif isinstance(op, Open):
-                await streams.close()
-                streams.current, status = await self._open(op)
-                return status, None
-            elif isinstance(op, Next):
-                assert streams.current is not None, "Next before Open"
-                return await streams.current.next(), None
-        except Exception as exc:  # handed to the plan, which may handle it
-            return None, exc
-        return None, None
-
-    async def _send(self, op: Send) -> Reply:
-        request = request_for(self._http, op.call, self._settings)
-        options = retry.options(op.call.retry, self._settings.attempts)
-        attempts = 0
-        try:
-            async for attempt in AsyncRetrying(sleep=self._clock.sleep, **options):
-                with attempt:
-                    attempts = attempt.retry_state.attempt_number
-                    with failed():
-                        response = await self._http.send(request)
-                    check(response)
-        except ApiError as exc:
-            exc.attempts = attempts
-            raise
-        return Reply(response, attempts)
-
-    async def _open(self, op: Open) -> tuple[_Stream | None, int]:
-        request = request_for(self._http, op.call, self._settings)
-        with failed():
-            response = await self._http.send(request, stream=True)
-            if response.status_code != 200:
-                await response.aread()
-        if response.status_code != 200:
-            await response.aclose()
-            check(response)
-            return None, response.status_code
-        return _Stream(response), response.status_code
+        return await self._driver.run(calls.progress(task_id, percent, message))

@@ -2,36 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from datetime import datetime
-from typing import Any, TypeVar, cast
+from typing import Any
 
 import httpx
-from tenacity import Retrying
 
 from ..models import Attempt, Task, TaskStatus, TerminalStatus, TestEvent
 from . import calls, following, retry, waiting
 from .backoff import SyncClock, SystemClock
-from .base import Settings, check, failed, request_for
-from .errors import ApiError
-from .ops import Emit, Next, Open, Plan, Reply, Send, Sleep
-from .sse import Parser, ServerEvent
-
-T = TypeVar("T")
-
-
-class _Stream:
-    """The one stream a plan has open, read event by event."""
-
-    def __init__(self, response: httpx.Response) -> None:
-        self.response, self.lines, self.parser = response, response.iter_lines(), Parser()
-
-    def next(self) -> ServerEvent | None:
-        with failed():
-            for line in self.lines:
-                if (event := self.parser.feed(line)) is not None:
-                    return event
-        return None
+from .base import Settings
+from .sync_driver import SyncDriver
 
 
 class Client:
@@ -52,9 +33,10 @@ class Client:
         transport: httpx.BaseTransport | None = None,
         clock: SyncClock | None = None,
     ) -> None:
-        self._settings = Settings(api_key, admin_token, timeout, attempts)
+        settings = Settings(api_key, admin_token, timeout, attempts)
         self._http = httpx.Client(base_url=base_url, timeout=timeout, transport=transport)
         self._clock: SyncClock = clock or SystemClock()
+        self._driver = SyncDriver(self._http, settings, self._clock)
         self._cache = calls.TaskCache()
 
     def __repr__(self) -> str:
@@ -95,23 +77,25 @@ class Client:
             heartbeat_timeout_seconds=heartbeat_timeout_seconds,
             on_timeout=on_timeout,
         )
-        return self._run(plan)
+        return self._driver.run(plan)
 
     def get(self, task_id: str) -> Task:
         """The task; unchanged since the last read (304), the task read then. Retried."""
-        return self._run(calls.get(task_id, self._cache))
+        return self._driver.run(calls.get(task_id, self._cache))
 
     def wait(self, task_id: str, timeout: float = 60.0) -> Task:
         """The task once terminal; :class:`WaitTimeout` (with the last state) after
         ``timeout`` s. Lost connection: polls again with backoff until the timeout."""
-        return self._run(waiting.wait(task_id, timeout, self._clock, self._cache))
+        return self._driver.run(waiting.wait(task_id, timeout, self._clock, self._cache))
 
     def follow(
         self, task_id: str, *, last_event_id: int | None = None, give_up_after: float | None = 300
     ) -> Iterator[following.TaskEvent]:
         """Each new version of the task until the terminal one. Lost connection:
         resumes from the last version; gives up after ``give_up_after`` s of failures."""
-        return self._iterate(following.follow(task_id, self._clock, give_up_after, last_event_id))
+        return self._driver.iterate(
+            following.follow(task_id, self._clock, give_up_after, last_event_id)
+        )
 
     def follow_all(
         self,
@@ -123,7 +107,7 @@ class Client:
         """Each new version of every task of the tenant, without end. Lost connection:
         resumes from the last sequence; after a reset, reconciles through the listing."""
         plan = following.follow_all(self._clock, give_up_after, last_event_id, updated_after)
-        return self._iterate(plan)
+        return self._driver.iterate(plan)
 
     def tasks(
         self,
@@ -133,123 +117,48 @@ class Client:
         page_size: int = 100,
     ) -> Iterator[Task]:
         """Every matching task, page after page (``nextCursor``). Each page retried."""
-        return self._iterate(calls.tasks(status, updated_after, page_size))
+        return self._driver.iterate(calls.tasks(status, updated_after, page_size))
 
     def deliveries(self, task_id: str) -> list[Attempt]:
         """The attempt log of the task's webhook. Retried."""
-        return self._run(calls.deliveries(task_id))
+        return self._driver.run(calls.deliveries(task_id))
 
     def redeliver(self, task_id: str) -> Task:
         """Send the terminal webhook again (same event id). Lost answer: sent again; the
         409 "already pending" that the first send caused is taken as its answer."""
-        return self._run(calls.redeliver(task_id))
+        return self._driver.run(calls.redeliver(task_id))
 
     def cancel(self, task_id: str) -> Task:
         """Cancel the task. Lost answer: sent again; a 409 showing it cancelled is the answer."""
-        return self._run(calls.cancel(task_id))
+        return self._driver.run(calls.cancel(task_id))
 
     def test_event(self, callback_url: str) -> TestEvent:
         """Send a signed ping to ``callback_url``. Sent again only if the request never
         left (a lost answer raises :class:`TransportError`: a resend is a second ping)."""
-        return self._run(calls.test_event(callback_url))
+        return self._driver.run(calls.test_event(callback_url))
 
     def get_test_event(self, event_id: str) -> TestEvent:
         """A test event with its attempts. Retried."""
-        return self._run(calls.get_test_event(event_id))
+        return self._driver.run(calls.get_test_event(event_id))
 
     def public_keys(self) -> list[str]:
         """The ``whpk_`` keys that sign the tenant's ``v1a`` webhooks now. Retried."""
-        return self._run(calls.public_keys())
+        return self._driver.run(calls.public_keys())
 
     # -- executor (admin token) -------------------------------------------------------
 
     def start(self, task_id: str) -> Task:
         """queued → running. Lost answer: sent again; a 409 showing it running is the answer."""
-        return self._run(calls.start(task_id))
+        return self._driver.run(calls.start(task_id))
 
     def complete(
         self, task_id: str, status: TerminalStatus, *, result: Any = None, error: Any = None
     ) -> Task:
         """→ terminal ``status``. Lost answer: sent again; a 409 showing this very outcome
         is the answer (any other terminal state raises :class:`Conflict`)."""
-        return self._run(calls.complete(task_id, status, result, error))
+        return self._driver.run(calls.complete(task_id, status, result, error))
 
     def progress(self, task_id: str, percent: float, message: str | None = None) -> Task:
         """Report progress (also the heartbeat). Lost answer: sent again (an equal
         percent is a plain heartbeat)."""
-        return self._run(calls.progress(task_id, percent, message))
-
-    # -- the driver -------------------------------------------------------------------
-
-    def _run(self, plan: Plan[T]) -> T:
-        drive = self._drive(plan)
-        try:
-            next(drive)
-        except StopIteration as done:
-            return cast(T, done.value)
-        raise AssertionError("a one-answer call emitted items")  # pragma: no cover
-
-    def _iterate(self, plan: Plan[None]) -> Iterator[Any]:
-        return self._drive(plan)
-
-    def _drive(self, plan: Plan[T]) -> Generator[Any, None, T]:
-        """Runs ``plan``, yielding what it emits; returns what it returns."""
-        stream: _Stream | None = None
-        sent: Any = None
-        error: Exception | None = None
-        try:
-            while True:
-                try:
-                    op = plan.throw(error) if error is not None else plan.send(sent)
-                except StopIteration as done:
-                    return cast(T, done.value)
-                sent, error = None, None
-                if isinstance(op, Emit):
-                    yield op.item
-                    continue
-                try:
-                    if isinstance(op, Send):
-                        sent = self._send(op)
-                    elif isinstance(op, Sleep):
-                        self._clock.sleep(op.seconds)
-                    elif isinstance(op, Open):
-                        if stream is not None:
-                            stream.response.close()
-                        stream, sent = self._open(op)
-                    elif isinstance(op, Next):
-                        assert stream is not None, "Next before Open"
-                        sent = stream.next()
-                except Exception as exc:  # handed to the plan, which may handle it
-                    error = exc
-        finally:
-            plan.close()
-            if stream is not None:
-                stream.response.close()
-
-    def _send(self, op: Send) -> Reply:
-        request = request_for(self._http, op.call, self._settings)
-        options = retry.options(op.call.retry, self._settings.attempts)
-        attempts = 0
-        try:
-            for attempt in Retrying(sleep=self._clock.sleep, **options):
-                with attempt:
-                    attempts = attempt.retry_state.attempt_number
-                    with failed():
-                        response = self._http.send(request)
-                    check(response)
-        except ApiError as exc:
-            exc.attempts = attempts
-            raise
-        return Reply(response, attempts)
-
-    def _open(self, op: Open) -> tuple[_Stream | None, int]:
-        request = request_for(self._http, op.call, self._settings)
-        with failed():
-            response = self._http.send(request, stream=True)
-            if response.status_code != 200:
-                response.read()
-        if response.status_code != 200:
-            response.close()
-            check(response)
-            return None, response.status_code
-        return _Stream(response), response.status_code
+        return self._driver.run(calls.progress(task_id, percent, message))
