@@ -43,13 +43,14 @@ async def main() -> None:
     latencies: list[float] = []
     statuses: Counter[int] = Counter()
     errors = 0
+    warmup = 0  # requests answered before measuring began (for CPU per request)
     connector = aiohttp.TCPConnector(limit=args.concurrency)
     async with aiohttp.ClientSession(connector=connector) as session:
         measuring = False
         stop_at = float("inf")
 
         async def worker() -> None:
-            nonlocal errors
+            nonlocal errors, warmup
             while time.perf_counter() < stop_at:
                 started = time.perf_counter()
                 sent = headers
@@ -68,6 +69,8 @@ async def main() -> None:
                 if measuring:
                     latencies.append((time.perf_counter() - started) * 1000)
                     statuses[status] += 1
+                else:
+                    warmup += 1
 
         workers = [asyncio.create_task(worker()) for _ in range(args.concurrency)]
         await asyncio.sleep(args.warmup)  # connections open, caches warm
@@ -84,6 +87,7 @@ async def main() -> None:
         json.dumps(
             {
                 "requests": len(latencies),
+                "warmup_requests": warmup,
                 "errors": errors,
                 "statuses": dict(statuses),
                 "rps": len(latencies) / elapsed,

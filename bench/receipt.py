@@ -49,6 +49,7 @@ class Latency:
     delivered: int
     offered: float
     cpu_us: float = float("nan")  # hookrelay's processes, CPU per completion
+    sent: int = 0  # requests answered 2xx (completions, or bare POSTs)
 
     def row(self) -> str:
         return f"{self.p50:.1f} / {self.p99:.1f} / {self.max:.1f}"
@@ -62,7 +63,9 @@ def rategen(url: str, rate: float, seconds: float, *extra: str) -> dict[str, Any
     return result
 
 
-def of(stats: dict[str, Any], offered: float, cpu_us: float = float("nan")) -> Latency:
+def of(
+    stats: dict[str, Any], offered: float, cpu_us: float = float("nan"), sent: int = 0
+) -> Latency:
     lat = list(stats["latencies_ms"])
     return Latency(
         percentile(lat, 0.5),
@@ -71,6 +74,7 @@ def of(stats: dict[str, Any], offered: float, cpu_us: float = float("nan")) -> L
         len(lat),
         offered,
         cpu_us,
+        sent or len(lat),
     )
 
 
@@ -144,7 +148,10 @@ async def through_hookrelay(mode: str, rate: float, seconds: float) -> Latency:
         await delivered(dsn, WARM, 60)
         cpu0 = sum(cpu_s(p.pid) for p in procs)
         got = rategen(url, rate, seconds, "--paths", str(paths), *common)
-        await delivered(dsn, WARM + n, 120)
+        answered = got["statuses"].get("200", 0)
+        if answered != n or got["errors"]:
+            print(f"completions: {got['statuses']}, {got['errors']} errors", file=sys.stderr)
+        await delivered(dsn, WARM + answered, 120)
         cpu = (sum(cpu_s(p.pid) for p in procs) - cpu0) / n
     finally:
         for proc in procs:
@@ -152,7 +159,7 @@ async def through_hookrelay(mode: str, rate: float, seconds: float) -> Latency:
         for proc in procs:
             proc.wait(60)
         stats = rx.stop()
-    return of(stats, got["offered_per_s"], cpu * 1e6)
+    return of(stats, got["offered_per_s"], cpu * 1e6, answered)
 
 
 async def main() -> None:
@@ -177,8 +184,8 @@ async def main() -> None:
             got = await through_hookrelay(mode, rate, args.seconds)
             what = "`serve`" if mode == "serve" else "`api` + `dispatch`"
             lines.append(
-                f"| {rate:,.0f}/s ({got.offered:,.0f}) | {what} | {got.delivered:,} | {got.row()} "
-                f"| {got.cpu_us:,.0f} |"
+                f"| {rate:,.0f}/s ({got.offered:,.0f}) | {what} | {got.delivered:,} of "
+                f"{got.sent:,} | {got.row()} | {got.cpu_us:,.0f} |"
             )
             print(lines[-1], flush=True)
     table = "\n".join(lines) + "\n"

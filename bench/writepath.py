@@ -19,6 +19,7 @@ import asyncio
 import base64
 import json
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from outbox.tenants import create_tenant
 from .api import load
 from .common import fresh_database, record, server_dsn
 from .procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
+from .sched import cpu_s
 
 HOOK = "http://127.0.0.1:9/hook"
 SUBMIT = {"type": "bench", "callbackUrl": HOOK, "input": {"n": 1}}
@@ -57,6 +59,7 @@ class Figure:
     p50_ms: float = float("nan")
     p99_ms: float = float("nan")
     bad: int = 0
+    cpu_us: float = float("nan")  # the API process's CPU per request
 
 
 async def sql_rate(
@@ -104,9 +107,11 @@ async def seed_tasks(dsn: str, tenants: list[str], n: int) -> list[str]:
     return task_ids
 
 
-def http_figure(name: str, row: dict[str, Any]) -> Figure:
+def http_figure(name: str, row: dict[str, Any], cpu_s: float) -> Figure:
     bad = sum(n for s, n in row["statuses"].items() if not str(s).startswith("2"))
-    return Figure(name, row["rps"], row["p50_ms"], row["p99_ms"], bad + int(row["errors"]))
+    answered = row["requests"] + row.get("warmup_requests", 0)
+    cpu_us = cpu_s / answered * 1e6 if answered else float("nan")
+    return Figure(name, row["rps"], row["p50_ms"], row["p99_ms"], bad + int(row["errors"]), cpu_us)
 
 
 async def measure(
@@ -140,6 +145,26 @@ async def measure(
             task_ids = await seed_tasks(dsn, ids_of, per_run)
             paths[label] = work / f"complete-{label}.txt"
             paths[label].write_text("".join(f"/{t}/complete\n" for t in task_ids))
+    # One uvicorn process's own limit: a trivial route, same settings, same clients.
+    trivial_port = free_port()
+    trivial = subprocess.Popen(
+        [sys.executable, "-m", "bench._trivial_app", str(trivial_port)], cwd=ROOT
+    )
+    try:
+        wait_for_port(trivial_port, trivial)
+        cpu0 = cpu_s(trivial.pid)
+        row = load(
+            f"http://127.0.0.1:{trivial_port}/hello",
+            method="POST",
+            body=json.dumps(SUBMIT),
+            headers={"Content-Type": "application/json"},
+            seconds=seconds,
+            concurrency=clients,
+        )
+        figures["trivial"] = http_figure("trivial", row, cpu_s(trivial.pid) - cpu0)
+    finally:
+        trivial.terminate()
+        trivial.wait(30)
     port = free_port()
     api = subprocess.Popen(
         hookrelay("api"), env=service_env(dsn, key, host="127.0.0.1", port=port), cwd=ROOT
@@ -150,6 +175,7 @@ async def measure(
         common: dict[str, Any] = {"seconds": seconds, "concurrency": clients}
         json_header = {"Content-Type": "application/json"}
         for label in ("one", "many"):
+            cpu0 = cpu_s(api.pid)
             row = load(
                 base,
                 method="POST",
@@ -158,12 +184,14 @@ async def measure(
                 auths=str(auths[label]),
                 **common,
             )
-            figures[f"submit_{label}"] = http_figure(f"submit {label}", row)
+            cpu = cpu_s(api.pid) - cpu0
+            figures[f"submit_{label}"] = http_figure(f"submit {label}", row, cpu)
             if only_submit:
                 break
         if not only_submit:
             done = json.dumps({"status": "succeeded", "result": {"ok": True}})
             for label in ("one", "many"):
+                cpu0 = cpu_s(api.pid)
                 row = load(
                     base,
                     method="POST",
@@ -172,7 +200,8 @@ async def measure(
                     paths=str(paths[label]),
                     **common,
                 )
-                figures[f"complete_{label}"] = http_figure(f"complete {label}", row)
+                cpu = cpu_s(api.pid) - cpu0
+                figures[f"complete_{label}"] = http_figure(f"complete {label}", row, cpu)
     finally:
         api.terminate()
         api.wait(30)
@@ -190,6 +219,7 @@ async def main() -> None:
     rows = [
         ("bare INSERT, autocommit (the ceiling)", f["bare"]),
         ("INSERT INTO tasks, SQL only, one tenant", f["sql_one"]),
+        ("POST to a trivial Starlette route (one process's HTTP limit)", f["trivial"]),
         ("`POST /v1/tasks`, one tenant", f["submit_one"]),
         (f"`POST /v1/tasks`, {args.tenants} tenants", f["submit_many"]),
         ("`POST /v1/tasks/{id}/complete`, one tenant", f["complete_one"]),
@@ -198,14 +228,17 @@ async def main() -> None:
     lines = [
         f"{args.clients} clients; one `hookrelay api` at default settings",
         "",
-        "| what | per s | × ceiling | p50 ms | p99 ms | non-2xx or errors |",
-        "|---|---|---|---|---|---|",
+        "| what | per s | × ceiling | p50 ms | p99 ms | API CPU per request, µs | non-2xx |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, fig in rows:
         lat = "" if fig.p50_ms != fig.p50_ms else f"{fig.p50_ms:.1f}"
         tail = "" if fig.p99_ms != fig.p99_ms else f"{fig.p99_ms:.1f}"
         ratio = fig.per_s / ceiling
-        lines.append(f"| {name} | {fig.per_s:,.0f} | {ratio:.2f} | {lat} | {tail} | {fig.bad} |")
+        cpu = "" if fig.cpu_us != fig.cpu_us else f"{fig.cpu_us:,.0f}"
+        lines.append(
+            f"| {name} | {fig.per_s:,.0f} | {ratio:.2f} | {lat} | {tail} | {cpu} | {fig.bad} |"
+        )
     lines += [
         "",
         f"one tenant ÷ {args.tenants} tenants: submit "
