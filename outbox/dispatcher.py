@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 import asyncpg
 
 from . import ids
-from .ahead import AheadQueues
+from .ahead import AheadQueues, Waiting
 from .circuit import BreakerPolicy, take_probes
 from .crypto import SecretBox
 from .db import TRANSIENT_ERRORS
@@ -48,6 +48,10 @@ UNDECRYPTABLE = "cannot decrypt signing secret (wrong master key or corrupted da
 # After a failed claim: short, since the database usually comes back in moments
 # and a long poll interval must not become the outage's recovery time.
 CLAIM_RETRY_S = 0.5
+# How many host caps' worth of a busy lane's rows may wait ahead of a free slot.
+# Deeper, the claims are fewer and larger: one host at defaults, dispatcher CPU
+# per delivery 98 µs at twice the cap, 94 µs at four times (alternating drains).
+AHEAD_CAPS = 4
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,7 @@ class Dispatcher:
         self.recorder = Recorder(
             pool, self.counters, batch_size=config.batch_size, breaker=config.breaker
         )
+        self._loop: asyncio.AbstractEventLoop  # set when run() starts
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._in_flight: dict[int, tuple[ClaimedEvent, asyncio.Task[None]]] = {}
@@ -115,13 +120,13 @@ class Dispatcher:
         self._next_probe_check = 0.0
         self._faults = FaultReporter(self.counters)
         self._lanes: list[DueLane] = []  # the last look at the due lanes, less what was taken
-        # Rows leased ahead of a free slot (outbox.ahead): up to twice a host's cap,
-        # as one burst of replies can free a whole cap's worth while the next
-        # claim is out; each sent within half the lease's slack beyond one
+        # Rows leased ahead of a free slot (outbox.ahead): up to AHEAD_CAPS times a
+        # host's cap, as one burst of replies can free a whole cap's worth while the
+        # next claim is out; each sent within half the lease's slack beyond one
         # attempt's deadline, so its attempt ends well inside its lease.
         slack = config.lease_s - config.limits.total_timeout_s
         self._ahead = AheadQueues(
-            2 * config.per_host_concurrency if slack > 0 else 0, max(0.0, slack / 2)
+            AHEAD_CAPS * config.per_host_concurrency if slack > 0 else 0, max(0.0, slack / 2)
         )
         self._delivered_on: set[Lane] = set()  # lanes that delivered since the last round
         self._refill = False  # a lane's rows ahead ran low
@@ -130,6 +135,7 @@ class Dispatcher:
 
     async def run(self) -> None:
         """Claim and deliver until stopped; returns after a graceful drain."""
+        self._loop = asyncio.get_running_loop()
         # Any (re)connect may have missed a NOTIFY: wake and look, as on one.
         listener = Listener(
             self.dsn,
@@ -323,55 +329,64 @@ class Dispatcher:
     # ------------------------------------------------------------- delivery
 
     def _launch(self, event: ClaimedEvent, signer: Signer) -> None:
-        task = asyncio.create_task(self._deliver(event, signer))
+        task = self._loop.create_task(self._deliver(event, signer))
         self._in_flight[event.id] = (event, task)
 
     async def _deliver(self, event: ClaimedEvent, signer: Signer) -> None:
-        try:
+        """Deliver ``event``, then, while its lane has rows waiting ahead, the next one
+        in the same task: a busy lane's slot is one task, not one per attempt."""
+        task = self._in_flight[event.id][1]
+        while True:
             try:
-                result = await attempt(
-                    self.sender,
-                    event,
-                    signer,
-                    self.config.policy,
-                    self.config.addresses,
-                    self.config.limits,
-                )
-            except LocalFault as fault:
-                await self._give_back(event, fault)
+                await self._attempt(event, signer, task)
+            finally:
+                self._in_flight.pop(event.id, None)
+                following = self._next(event)
+            if following is None:
                 return
-            except Exception as exc:  # a bug of ours is not the receiver's fault either
-                log.exception("attempt failed unexpectedly", extra={"event_id": event.event_id})
-                await self._give_back(event, LocalFault("bug", f"{type(exc).__name__}: {exc}"))
-                return
-            self.recorder.add(result)
-            if result.outcome == "delivered":
-                self._delivered_on.add((event.host, event.tenant_id))
-            log.debug(
-                "attempt %s",
-                result.outcome,
-                extra={"event_id": event.event_id, "task_id": event.task_id},
-            )
-        finally:
-            self._in_flight.pop(event.id, None)
-            self._next(event)
+            event, signer = following.event, following.signer
+            self._in_flight[event.id] = (event, task)
 
-    def _next(self, done: ClaimedEvent) -> None:
-        """A slot came free: the lane's next row waiting ahead takes it, if any."""
+    async def _attempt(self, event: ClaimedEvent, signer: Signer, task: asyncio.Task[None]) -> None:
+        try:
+            result = await attempt(
+                self.sender,
+                event,
+                signer,
+                self.config.policy,
+                self.config.addresses,
+                self.config.limits,
+                loop=self._loop,
+                task=task,
+            )
+        except LocalFault as fault:
+            await self._give_back(event, fault)
+            return
+        except Exception as exc:  # a bug of ours is not the receiver's fault either
+            log.exception("attempt failed unexpectedly", extra={"event_id": event.event_id})
+            await self._give_back(event, LocalFault("bug", f"{type(exc).__name__}: {exc}"))
+            return
+        self.recorder.add(result)
+        if result.outcome == "delivered":
+            self._delivered_on.add((event.host, event.tenant_id))
+
+    def _next(self, done: ClaimedEvent) -> Waiting | None:
+        """A slot came free: the lane's next row waiting ahead takes it (returned, for
+        the caller to send), if any."""
         lane = (done.host, done.tenant_id)
         # Stopping: nothing new starts; _drain gives the waiting rows back.
         waiting = None if self._stopping.is_set() else self._ahead.take(lane, time.monotonic())
         if waiting is not None:
             # Same lane, so the lane, host and tenant counts stay as they are.
-            self._launch(waiting.event, waiting.signer)
             if self._ahead.low(lane) and not self._refill:
                 self._refill = True
                 self._wake.set()
-            return
+            return waiting
         self._flight.remove(done.host, done.tenant_id)
         self._freed += 1
         if self._freed >= self._low_water or not self._in_flight:
             self._wake.set()
+        return None
 
     async def _give_back(self, event: ClaimedEvent, fault: LocalFault) -> None:
         """Our fault, not the receiver's: the row goes back unspent (``outbox.localfaults``)."""

@@ -324,7 +324,9 @@ UPDATE outbox o
  WHERE o.id = ANY (ARRAY(SELECT id FROM due))
 RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url, o.host,
           -- The body is joined from events: the outbox row stays lean.
-          (SELECT e.body FROM events e WHERE e.event_id = o.event_id), o.attempts,
+          -- As UTF-8 bytes: what is sent, with no text decoding and encoding per row.
+          (SELECT convert_to(e.body, 'UTF8') FROM events e WHERE e.event_id = o.event_id),
+          o.attempts,
           o.budget_used,
           -- Read with the claim: a rotation committed before it is seen here.
           (SELECT t.secret_version FROM tenants t WHERE t.id = o.tenant_id);
@@ -349,7 +351,9 @@ UPDATE outbox o
   FROM probe
  WHERE o.id = probe.id
 RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url, o.host,
-          (SELECT e.body FROM events e WHERE e.event_id = o.event_id), o.attempts,
+          -- As UTF-8 bytes: what is sent, with no text decoding and encoding per row.
+          (SELECT convert_to(e.body, 'UTF8') FROM events e WHERE e.event_id = o.event_id),
+          o.attempts,
           o.budget_used,
           -- Read with the claim: a rotation committed before it is seen here.
           (SELECT t.secret_version FROM tenants t WHERE t.id = o.tenant_id);

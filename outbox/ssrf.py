@@ -12,7 +12,7 @@ import ipaddress
 import re
 import socket
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -74,6 +74,15 @@ class AddressPolicy:
 
     allowed: tuple[IPNetwork, ...] = ()
     allow_http: bool = False
+    # Hashed once: the policy keys the URL-check caches of every submit and every
+    # attempt, and hashing its networks each time showed in profiles.
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.allowed, self.allow_http)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @classmethod
     def from_settings(cls, allow_private_cidrs: str, allow_http: bool) -> AddressPolicy:

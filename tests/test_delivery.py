@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -200,3 +201,39 @@ async def test_other_value_errors_are_not_taken_for_a_bad_url() -> None:
             await attempt(sender, event(), BrokenSigner([SECRET]), POLICY, OPEN, DEFAULT_LIMITS)
     finally:
         await sender.aclose()
+
+
+class Hanging:
+    """A sender whose receiver never answers."""
+
+    async def post(self, url, body, headers, cap):
+        await asyncio.sleep(3600)
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_the_deadline_ends_the_attempt_and_the_task_goes_on() -> None:
+    """The deadline cancels only the request: the task that made the attempt carries
+    on (a dispatcher's slot sends its lane's next row in the same task)."""
+    limits = AttemptLimits(total_timeout_s=0.05)
+
+    async def slot():
+        first = await attempt(Hanging(), event(), Signer([SECRET]), POLICY, OPEN, limits)
+        await asyncio.sleep(0)  # would raise if the deadline's cancellation lingered
+        me = asyncio.current_task()
+        return first, me.cancelling() if me else None
+
+    result, cancelling = await asyncio.wait_for(asyncio.create_task(slot()), 5)
+    assert result.outcome == "retry" and result.error == "timed out after 0.05s"
+    assert cancelling == 0 and 40 < result.duration_ms < 2000
+
+
+async def test_a_cancellation_not_of_the_deadline_is_not_swallowed() -> None:
+    running = asyncio.create_task(
+        attempt(Hanging(), event(), Signer([SECRET]), POLICY, OPEN, DEFAULT_LIMITS)
+    )
+    await asyncio.sleep(0.05)
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running

@@ -360,3 +360,35 @@ async def test_survives_its_connections_being_killed(pool, runtime, receiver, ds
         await killer.close()
         await own_pool.close()
     assert set(receiver.event_ids()) == set(events)
+
+
+async def test_a_slot_goes_on_with_its_lane_after_an_attempt_times_out(
+    pool, runtime, receiver
+) -> None:
+    """A busy lane's slot is one task sending row after row: an attempt cut at its
+    deadline ends that attempt only, and the same slot goes on with the next rows."""
+    hung = 0
+
+    async def first_few_hang(request: web.Request, rx: Receiver) -> web.StreamResponse:
+        nonlocal hung
+        if hung < 3:
+            hung += 1
+            await asyncio.sleep(30)
+        return web.Response(status=204)
+
+    receiver.behaviour = first_few_hang
+    settings = replace(
+        runtime.settings, http_timeout_s=0.5, per_host_concurrency=2, retry_base_s=0.05
+    )
+    rt = replace(runtime, settings=settings)
+    _, ids = await backlog(pool, rt, receiver.url, 40)
+    d = dispatcher(rt, pool)
+    async with running(d):
+        await wait_drained(pool)
+    attempts = await pool.fetch("SELECT event_id, outcome, error FROM delivery_attempts")
+    timed_out = [a for a in attempts if a["outcome"] == "retry"]
+    assert len(timed_out) == 3 and all("timed out after 0.5s" in a["error"] for a in timed_out)
+    assert sum(a["outcome"] == "delivered" for a in attempts) == 40
+    assert d.counters["delivered"] == 40 and d.counters["retry"] == 3
+    # Rows were sent from the lane's rows ahead, by the slots' own tasks.
+    assert d.counters["claimed_ahead"] > 0

@@ -178,3 +178,22 @@ async def test_at_shutdown_unwritable_outcomes_are_dropped(
     assert "dropping 2 unrecorded outcomes at shutdown" in caplog.text
     # Nothing was written: both rows are still leased, to be retried after the lease.
     assert await pool.fetchval("SELECT count(*) FROM outbox WHERE lease_token IS NOT NULL") == 2
+
+
+async def test_while_outcomes_pour_in_batches_wait_longer_to_grow(pool, runtime) -> None:
+    rows = await leased(pool, runtime, recorder_module.BUSY_AT + 1)
+    counters: Counter[str] = Counter()
+    rec = Recorder(pool, counters, batch_size=100, breaker=BreakerPolicy())
+    for r in rows[: recorder_module.BUSY_AT]:  # a burst, in one batch
+        rec.add(result(r))
+    task = asyncio.create_task(rec.run())
+    try:
+        await eventually(lambda: counters["delivered"] == recorder_module.BUSY_AT)
+        assert rec._busy  # the next batch may wait BUSY_LINGER_S to fill up
+        rec.add(result(rows[-1]))
+        await eventually(lambda: counters["delivered"] == recorder_module.BUSY_AT + 1)
+        assert not rec._busy  # a batch of one: back to LINGER_S
+    finally:
+        await rec.stop()
+        await asyncio.wait_for(task, 30)
+    assert counters == Counter(delivered=recorder_module.BUSY_AT + 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 from uuid import UUID
 
 import asyncpg
@@ -59,9 +60,7 @@ async def due_lanes(conn: asyncpg.Connection, *, upto: int) -> list[DueLane]:
 def _events(rows: Sequence[asyncpg.Record], token: UUID) -> list[ClaimedEvent]:
     # The hot path: one construction per row, positional in RETURNING's order.
     return [
-        ClaimedEvent(
-            r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7].encode("utf-8"), r[8], r[9], r[10], token
-        )
+        ClaimedEvent(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], token)
         for r in rows
     ]
 
@@ -112,9 +111,9 @@ async def defer_leases(
     await conn.execute(_DEFER_LEASES, ids, token, delay_s)
 
 
-@dataclass(frozen=True, slots=True)
-class OutcomeRow:
-    """One attempt's outcome, as :func:`record_outcomes` writes it."""
+class OutcomeRow(NamedTuple):
+    """One attempt's outcome, as :func:`record_outcomes` writes it (a tuple, so that a
+    batch turns into the statement's columns in one ``zip``)."""
 
     id: int
     token: UUID
@@ -139,23 +138,6 @@ async def record_outcomes(
     Outcomes of rows another dispatcher took over are dropped (fenced on the
     token). Raises asyncpg errors as they come: the recorder decides to retry.
     """
-    cols: tuple[list[object], ...] = tuple([] for _ in range(9))
-    for o in outcomes:
-        for col, value in zip(
-            cols,
-            (
-                o.id,
-                o.token,
-                o.outcome,
-                o.next_at,
-                o.status_code,
-                o.error,
-                o.attempted_at,
-                o.duration_ms,
-                o.response_prefix,
-            ),
-            strict=True,
-        ):
-            col.append(value)
+    cols = [list(col) for col in zip(*outcomes, strict=True)] if outcomes else [[]] * 9
     rows = await conn.fetch(_RECORD_OUTCOMES, *cols, breaker_threshold, float(breaker_probe_s))
     return {r[0] for r in rows}
