@@ -28,10 +28,12 @@ def main() -> None:
 
     async def hook(request: web.Request) -> web.Response:
         await request.read()
-        if args.delay_s:
-            await asyncio.sleep(args.delay_s)
+        # Counted on arrival: a receiver acts on what it is sent, whether or not its
+        # sender is still there to read the answer.
         ids[request.headers.get("webhook-id", "")] += 1
         by_source[request.remote or "?"] += 1
+        if args.delay_s:
+            await asyncio.sleep(args.delay_s)
         return web.Response(status=204)
 
     def stats() -> dict[str, object]:

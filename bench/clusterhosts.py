@@ -212,7 +212,9 @@ class Cluster:
     def rx_url(self) -> str:
         return f"http://{self.rx.address('edge')}:{RX_PORT}/hook"
 
-    def start_receiver(self) -> None:
+    def start_receiver(self, delay_s: float | None = None) -> None:
+        if delay_s is not None:
+            self.rx_delay_s = delay_s
         argv = [
             *self.net.argv(self.rx, [sys.executable]),
             "-m", "bench._cluster_receiver", "0.0.0.0", str(RX_PORT),
@@ -220,12 +222,12 @@ class Cluster:
         ]  # fmt: skip
         self.rx_proc = subprocess.Popen(argv, cwd=ROOT)
 
-    async def restart_receiver(self) -> None:
-        """A fresh receiver (its counts start from zero)."""
+    async def restart_receiver(self, delay_s: float | None = None) -> None:
+        """A fresh receiver (its counts start from zero), answering after ``delay_s``."""
         if self.rx_proc is not None:
             self.rx_proc.terminate()
             self.rx_proc.wait(30)
-        self.start_receiver()
+        self.start_receiver(delay_s)
         await self.rx_stats()
 
     async def rx_stats(self, *, ids: bool = False) -> dict[str, Any]:
@@ -262,12 +264,12 @@ class Cluster:
         self,
         app: AppHost,
         db: Database,
+        settings: dict[str, object] | None = None,
         *,
         roles: tuple[str, ...] = ("api", "dispatch"),
-        **settings: object,
     ) -> None:
         """Start ``roles`` on ``app`` (``hookrelay api`` on the host's addresses, port 8000)."""
-        env = self.env(db, **settings)
+        env = self.env(db, **(settings or {}))
         for role in roles:
             argv = hookrelay(role)
             if role == "api":
