@@ -227,6 +227,7 @@ class Cluster:
         if self.rx_proc is not None:
             self.rx_proc.terminate()
             self.rx_proc.wait(30)
+            self.rx_proc = None
         self.start_receiver(delay_s)
         await self.rx_stats()
 
@@ -276,13 +277,14 @@ class Cluster:
                 argv += ["--host", "0.0.0.0", "--port", str(API_PORT)]
             out = self.tmp / f"{app.name}-{role}-{time.monotonic_ns()}.out"
             err = out.with_suffix(".err")
-            popen = subprocess.Popen(
-                self.net.argv(app.host, argv),
-                env={**env, **({"HOOKRELAY_LOG_LEVEL": "WARNING"} if role == "api" else {})},
-                cwd=ROOT,
-                stdout=out.open("wb"),
-                stderr=err.open("wb"),
-            )
+            with out.open("wb") as stdout, err.open("wb") as stderr:  # the child keeps its own
+                popen = subprocess.Popen(
+                    self.net.argv(app.host, argv),
+                    env={**env, **({"HOOKRELAY_LOG_LEVEL": "WARNING"} if role == "api" else {})},
+                    cwd=ROOT,
+                    stdout=stdout,
+                    stderr=stderr,
+                )
             app.procs[role] = Proc(role, popen, out, err)
 
     async def wait_started(self, app: AppHost, timeout: float = 60) -> None:
@@ -330,8 +332,15 @@ class Cluster:
         return n
 
     async def close(self) -> None:
+        """Kill every process of the cluster, reap them, remove the servers' files."""
         await self.http.aclose()
         self.net.close()
+        popens = [p.popen for app in self.apps for p in [*app.procs.values(), *app.stopped]]
+        popens += [n.proc for n in self.pg if n.proc is not None]
+        if self.rx_proc is not None:
+            popens.append(self.rx_proc)
+        for popen in popens:
+            popen.wait(30)
         for node in self.pg:
             node.remove()
 
@@ -347,4 +356,5 @@ async def cluster(**kwargs: Any) -> Any:
     finally:
         if c is not None:
             await c.close()
-        net.close()
+        else:
+            net.close()

@@ -125,10 +125,17 @@ async def submit_wave(c: Cluster, app: AppHost, key: str, n: int) -> None:
             done.raise_for_status()
 
 
-async def rejoins(c: Cluster, db: Database, app: AppHost, key: str, wave: int) -> int:
-    """Waves through ``app``'s API until its dispatcher delivers some; its deliveries."""
+async def rejoins(
+    c: Cluster, db: Database, app: AppHost, key: str, wave: int, timeout: float = 120
+) -> int:
+    """Waves through ``app``'s API until its dispatcher delivers some; its deliveries.
+
+    Every dispatcher shares each wave, and one coming back from an outage may need a few
+    seconds (TCP retransmission backs off) before it claims again: waves until then.
+    """
     before = await c.delivered_by(app)
-    for _ in range(5):  # each wave is shared by every dispatcher; one is nearly always enough
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         await submit_wave(c, app, key, wave)
         await poll(lambda: _outbox_empty(db), DRAIN_TIMEOUT_S, "the wave delivered", every=0.1)
         if (got := await c.delivered_by(app) - before) > 0:
@@ -228,7 +235,7 @@ def lossy_settings(lease_s: float) -> dict[str, object]:
 
 
 async def lost_host(
-    c: Cluster, events: int, *, lease_s: float = 3.0, rx_delay_s: float = 0.02, wave: int = 100
+    c: Cluster, events: int, *, lease_s: float = 3.0, rx_delay_s: float = 0.2, wave: int = 100
 ) -> LostHost:
     """Kill every process of h2 mid-drain; the others finish; h2 comes back and works."""
     await c.restart_receiver(rx_delay_s)
@@ -242,11 +249,12 @@ async def lost_host(
     key = await make_tenant(c.apps[0])
     victim = c.apps[1]
     owner = victim.owner()
-    await poll(
-        lambda: _delivered_at_least(c, victim, max(1, events // 10)),
-        DRAIN_TIMEOUT_S,
-        f"{victim.name} delivering",
-    )
+
+    async def working() -> bool:  # a tenth of the way through, with rows in hand
+        n = max(1, events // 10)
+        return await c.delivered_by(victim) >= n and await _leased_by(db, owner) > 0
+
+    await poll(working, DRAIN_TIMEOUT_S, f"{victim.name} delivering")
     delivered_before = await c.delivered_by(victim)
     killed = c.kill_app(victim)
     killed_at = time.monotonic()
@@ -286,10 +294,6 @@ def _first_with_final_log(first: Ledger, final: Ledger) -> Ledger:
         numbers_twice=final.numbers_twice,
         delivered_twice=final.delivered_twice,
     )
-
-
-async def _delivered_at_least(c: Cluster, app: AppHost, n: int) -> bool:
-    return await c.delivered_by(app) >= n
 
 
 # ------------------------------------------------------------------------ partition

@@ -140,9 +140,10 @@ class PgNode:
         argv = [str(bin_dir() / "postgres"), "-D", str(self.pgdata)]
         for name, value in options.items():
             argv += ["-c", f"{name}={value}"]
-        self.proc = subprocess.Popen(
-            self._as_user(*argv), stdout=subprocess.DEVNULL, stderr=self.log.open("ab")
-        )
+        with self.log.open("ab") as log:  # the server keeps its own descriptor
+            self.proc = subprocess.Popen(
+                self._as_user(*argv), stdout=subprocess.DEVNULL, stderr=log
+            )
         self._wait_ready()
 
     def _wait_ready(self, timeout: float = 60) -> None:
