@@ -38,6 +38,9 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     # connection" and the socket's EOF: that connection is dying, not broken code.
     asyncpg.InternalClientError,
     TimeoutError,
+    # A standby, reached by a DATABASE_URL without target_session_attrs=read-write or
+    # while a failover is under way: once promoted, the same connection takes writes.
+    asyncpg.ReadOnlySQLTransactionError,
 )
 
 

@@ -37,3 +37,20 @@ async def test_release_sends_no_reset_query(dsn: str) -> None:
         assert "RESET ALL" not in last and "pg_backend_pid" in last
     finally:
         await pool.close()
+
+
+async def test_tcp_connections_notice_a_vanished_server(dsn: str) -> None:
+    """Keepalive and TCP_USER_TIMEOUT are set, so a dead peer is noticed in seconds."""
+    import socket
+
+    from outbox.db import TCP_OPTIONS, connect
+
+    conn = await connect(dsn)
+    try:
+        sock = conn._transport.get_extra_info("socket")
+        if sock.family not in (socket.AF_INET, socket.AF_INET6):
+            pytest.skip("a Unix-socket server (the embedded one): no TCP options to set")
+        for level, option, value in TCP_OPTIONS:
+            assert sock.getsockopt(level, option) == value
+    finally:
+        await conn.close()
