@@ -176,6 +176,7 @@ async def scale(c: Cluster, events: int, hosts: int) -> ScaleRun:
     db = await c.create_database(f"scale_{hosts}_{time.monotonic_ns()}")
     await c.fill(db, events)
     apps = c.apps[:hosts]
+    earlier = [app.counters()["delivered"] for app in apps]  # the hosts' earlier runs
     for app in apps:
         c.start_app(app, db, roles=("api",))
     for app in apps:
@@ -197,7 +198,7 @@ async def scale(c: Cluster, events: int, hosts: int) -> ScaleRun:
         hosts=hosts,
         events=events,
         seconds=seconds,
-        per_host=[app.counters()["delivered"] for app in apps],
+        per_host=[app.counters()["delivered"] - n for app, n in zip(apps, earlier, strict=True)],
         ledger=await ledger(c, db),
         max_number=max_number,
         pg_cpu_s=pg_cpu,
