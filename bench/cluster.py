@@ -29,15 +29,16 @@ def scale_table(results: list[runs.ScaleRun]) -> str:
     lines = [
         "| app hosts | delivered/s | vs one | delivered by each | requests | distinct "
         "| attempt rows | highest attempt | PostgreSQL CPU ms per 1,000 "
-        "| dispatcher CPU ms per 1,000 |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| dispatcher CPU ms per 1,000 | WAL bytes per delivery |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         each = " + ".join(f"{n:,}" for n in r.per_host)
         lines.append(
             f"| {r.hosts} | {r.rate:,.0f} | {r.rate / base:.2f} | {each} | {r.ledger.requests:,} "
             f"| {r.ledger.unique:,} | {r.ledger.attempt_rows:,} | {r.max_number} "
-            f"| {r.pg_ms_per_1000:,.0f} | {r.dispatch_ms_per_1000:,.0f} |"
+            f"| {r.pg_ms_per_1000:,.0f} | {r.dispatch_ms_per_1000:,.0f} "
+            f"| {r.wal_bytes / r.events:,.0f} |"
         )
     clean = all(
         r.ledger.requests == r.ledger.unique == r.ledger.attempt_rows == r.events

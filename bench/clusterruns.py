@@ -156,6 +156,7 @@ class ScaleRun:
     max_number: int
     pg_cpu_s: float
     dispatch_cpu_s: float
+    wal_bytes: int
 
     @property
     def rate(self) -> float:
@@ -184,12 +185,14 @@ async def scale(c: Cluster, events: int, hosts: int) -> ScaleRun:
     conn = await asyncpg.connect(db.control_dsn)
     try:
         pg_before = c.pg_cpu_s()
+        wal_before = await conn.fetchval("SELECT pg_current_wal_lsn()")
         for app in apps:
             c.start_app(app, db, roles=("dispatch",))
         seconds = await asyncio.wait_for(seconds_to_drain(conn), DRAIN_TIMEOUT_S)
         pg_cpu = c.pg_cpu_s() - pg_before
         dispatch_cpu = sum(app.procs["dispatch"].cpu_s() for app in apps)
         max_number = await conn.fetchval("SELECT max(number) FROM delivery_attempts")
+        wal = await conn.fetchval("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1)", wal_before)
     finally:
         await conn.close()
     for app in apps:
@@ -203,6 +206,7 @@ async def scale(c: Cluster, events: int, hosts: int) -> ScaleRun:
         max_number=max_number,
         pg_cpu_s=pg_cpu,
         dispatch_cpu_s=dispatch_cpu,
+        wal_bytes=int(wal),
     )
 
 
