@@ -8,6 +8,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 from tenacity import (
@@ -123,6 +124,50 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     """
 
 
+# Each server of a DATABASE_URL that lists several gets this long to answer. asyncpg
+# gives the whole list one deadline (60 s by default): a first server that drops
+# packets (its machine gone) used it all, so the second, promoted, was never tried.
+SERVER_CONNECT_S = 5.0
+
+
+class Servers:
+    """Connects to the servers a DSN lists, one at a time, each with its own deadline.
+
+    The one that answered last is tried first, so after a failover only the first
+    connection waits for the dead server. ``target_session_attrs`` (read-write, say)
+    goes with each single-server DSN, so asyncpg still refuses a standby.
+    """
+
+    def __init__(self, dsn: str) -> None:
+        parts = urlsplit(dsn)
+        userinfo, at, hosts = parts.netloc.rpartition("@")
+        self.dsns = [
+            urlunsplit(parts._replace(netloc=f"{userinfo}{at}{host}")) for host in hosts.split(",")
+        ]
+        self._first = 0
+
+    @property
+    def several(self) -> bool:
+        return len(self.dsns) > 1
+
+    async def connect(self, _dsn: object = None, **kwargs: Any) -> asyncpg.Connection:
+        """``asyncpg.connect`` over the list (the pool passes the DSN again: ignored)."""
+        last: BaseException | None = None
+        n = len(self.dsns)
+        for i in (self._first + k for k in range(n)):
+            try:
+                conn: asyncpg.Connection = await asyncpg.connect(
+                    self.dsns[i % n], timeout=SERVER_CONNECT_S, **kwargs
+                )
+            except TRANSIENT_ERRORS as exc:  # down, or not the kind asked for: the next one
+                last = exc
+                continue
+            self._first = i % n
+            return conn
+        assert last is not None
+        raise last
+
+
 async def create_pool(
     dsn: str, *, min_size: int = 1, max_size: int = 10, wait_s: float = 30.0, **kwargs: Any
 ) -> asyncpg.Pool:
@@ -130,6 +175,10 @@ async def create_pool(
 
     Raises :class:`DatabaseUnavailable` with the last error if it never answers.
     """
+
+    servers = Servers(dsn)
+    if servers.several:
+        kwargs = {"connect": servers.connect, **kwargs}
 
     async def factory() -> asyncpg.Pool:
         return await asyncpg.create_pool(
@@ -148,8 +197,13 @@ async def create_pool(
 async def connect(dsn: str, *, wait_s: float = 30.0) -> asyncpg.Connection:
     """One dedicated connection (e.g. for LISTEN), with the same waiting rules."""
 
+    servers = Servers(dsn)
+
     async def factory() -> asyncpg.Connection:
-        conn = await asyncpg.connect(dsn, server_settings=SERVER_SETTINGS)
+        if servers.several:
+            conn = await servers.connect(server_settings=SERVER_SETTINGS)
+        else:
+            conn = await asyncpg.connect(dsn, server_settings=SERVER_SETTINGS)
         await init_connection(conn)
         return conn
 
