@@ -133,9 +133,12 @@ SERVER_CONNECT_S = 5.0
 class Servers:
     """Connects to the servers a DSN lists, one at a time, each with its own deadline.
 
-    The one that answered last is tried first, so after a failover only the first
-    connection waits for the dead server. ``target_session_attrs`` (read-write, say)
-    goes with each single-server DSN, so asyncpg still refuses a standby.
+    The order learns: the server that answered last goes first, one that did not answer
+    at all goes last (a standby that answered but is refused keeps its place). So once
+    the standby is promoted the next connection reaches it at once, and only
+    connections already waiting on the dead server wait out its deadline.
+    ``target_session_attrs`` (read-write, say) goes with each single-server DSN, so
+    asyncpg still refuses a standby.
     """
 
     def __init__(self, dsn: str) -> None:
@@ -144,7 +147,7 @@ class Servers:
         self.dsns = [
             urlunsplit(parts._replace(netloc=f"{userinfo}{at}{host}")) for host in hosts.split(",")
         ]
-        self._first = 0
+        self.order = list(range(len(self.dsns)))
 
     @property
     def several(self) -> bool:
@@ -153,19 +156,28 @@ class Servers:
     async def connect(self, _dsn: object = None, **kwargs: Any) -> asyncpg.Connection:
         """``asyncpg.connect`` over the list (the pool passes the DSN again: ignored)."""
         last: BaseException | None = None
-        n = len(self.dsns)
-        for i in (self._first + k for k in range(n)):
+        for i in list(self.order):
             try:
                 conn: asyncpg.Connection = await asyncpg.connect(
-                    self.dsns[i % n], timeout=SERVER_CONNECT_S, **kwargs
+                    self.dsns[i], timeout=SERVER_CONNECT_S, **kwargs
                 )
-            except TRANSIENT_ERRORS as exc:  # down, or not the kind asked for: the next one
+            except (OSError, TimeoutError) as exc:  # nobody there: try it last from now on
+                self._move(i, to_front=False)
                 last = exc
-                continue
-            self._first = i % n
-            return conn
+            except TRANSIENT_ERRORS as exc:  # there, but not what was asked (a standby)
+                last = exc
+            else:
+                self._move(i, to_front=True)
+                return conn
         assert last is not None
         raise last
+
+    def _move(self, i: int, *, to_front: bool) -> None:
+        self.order.remove(i)
+        if to_front:
+            self.order.insert(0, i)
+        else:
+            self.order.append(i)
 
 
 async def create_pool(
