@@ -128,11 +128,10 @@ class AppHost:
 
 @dataclass
 class Database:
-    """One database of the cluster: the DSN the hosts use and the control host's."""
+    """One database of the cluster, and its DSN (every server listed; the hosts' and ours)."""
 
     name: str
-    service_dsn: str
-    control_dsn: str
+    dsn: str
 
 
 class Cluster:
@@ -184,8 +183,8 @@ class Cluster:
             await conn.execute(f'CREATE DATABASE "{name}"')
         finally:
             await conn.close()
-        db = Database(name, self.dsn(name), self.dsn(name))
-        conn = await asyncpg.connect(db.control_dsn)
+        db = Database(name, self.dsn(name))
+        conn = await asyncpg.connect(db.dsn)
         try:
             await apply_schema(conn)
         finally:
@@ -194,8 +193,8 @@ class Cluster:
 
     async def fill(self, db: Database, events: int) -> None:
         """``events`` succeeded tasks whose events wait in the outbox, for the receiver."""
-        await fill(db.control_dsn, self.box, self.rx_url, events)
-        conn = await asyncpg.connect(db.control_dsn)
+        await fill(db.dsn, self.box, self.rx_url, events)
+        conn = await asyncpg.connect(db.dsn)
         try:
             # bench.backlog writes rows for a loopback receiver; these go to rx.
             await conn.execute("UPDATE outbox SET host = $1", self.rx.address("edge"))
@@ -257,9 +256,7 @@ class Cluster:
             "per_host_concurrency": 200,
             "batch_size": 500,
         }
-        return service_env(
-            db.service_dsn, self.key, admin_token=ADMIN_TOKEN, **{**base, **settings}
-        )
+        return service_env(db.dsn, self.key, admin_token=ADMIN_TOKEN, **{**base, **settings})
 
     def start_app(
         self,

@@ -33,7 +33,7 @@ async def _fetchval(dsn: str, query: str, *args: Any) -> Any:
 
 async def _outbox_empty(db: Database) -> bool:
     try:
-        return bool(await _fetchval(db.control_dsn, "SELECT NOT EXISTS (SELECT 1 FROM outbox)"))
+        return bool(await _fetchval(db.dsn, "SELECT NOT EXISTS (SELECT 1 FROM outbox)"))
     except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
         return False
 
@@ -41,7 +41,7 @@ async def _outbox_empty(db: Database) -> bool:
 async def _leased_by(db: Database, owner: str | None) -> int:
     return int(
         await _fetchval(
-            db.control_dsn,
+            db.dsn,
             "SELECT count(*) FROM outbox WHERE lease_token IS NOT NULL AND lease_owner = $1",
             owner,
         )
@@ -73,7 +73,7 @@ class Ledger:
 
 async def ledger(c: Cluster, db: Database) -> Ledger:
     rx = await c.rx_stats(ids=True)
-    conn = await asyncpg.connect(db.control_dsn)
+    conn = await asyncpg.connect(db.dsn)
     try:
         committed = {r[0] for r in await conn.fetch("SELECT event_id FROM events")}
         row = await conn.fetchrow(
@@ -182,7 +182,7 @@ async def scale(c: Cluster, events: int, hosts: int) -> ScaleRun:
         c.start_app(app, db, roles=("api",))
     for app in apps:
         await c.wait_started(app)
-    conn = await asyncpg.connect(db.control_dsn)
+    conn = await asyncpg.connect(db.dsn)
     try:
         pg_before = c.pg_cpu_s()
         wal_before = await conn.fetchval("SELECT pg_current_wal_lsn()")
@@ -465,7 +465,7 @@ async def failover(
         await load.stop()
     await poll(lambda: _outbox_empty(db), DRAIN_TIMEOUT_S, "outbox empty after failover")
     alive = all(p.alive() for app in c.apps for p in app.procs.values())
-    conn = await asyncpg.connect(db.control_dsn)
+    conn = await asyncpg.connect(db.dsn)
     try:
         present = {r[0] for r in await conn.fetch("SELECT id FROM tasks")}
         terminal = {

@@ -8,6 +8,7 @@ on its host's database-network address, and trusts that network (a test cluster 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import pwd
@@ -195,15 +196,9 @@ class PgNode:
                     return
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"no {want} standby after {timeout:g} s: {states}")
-                await _pause()
+                await asyncio.sleep(0.1)
         finally:
             await conn.close()
 
     def remove(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
-
-
-async def _pause() -> None:
-    import asyncio
-
-    await asyncio.sleep(0.1)
