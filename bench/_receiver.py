@@ -2,6 +2,7 @@
 
     python -m bench._receiver PORT OUT [--fail-rate F] [--hang-rate H] [--hang-s S] [--seed N]
 
+A request to ``/hook?warm`` is answered and counted but not measured (warm-ups).
 With ``--fail-rate`` it answers 500 to that share of requests at random; with
 ``--hang-rate`` it holds that share open for ``--hang-s`` seconds before answering.
 On SIGTERM it writes ``{"count", "unique", "latencies_ms", "answered_2xx", "failed",
@@ -48,7 +49,7 @@ def main() -> None:
         event_id = request.headers.get("webhook-id", "")
         seen.add(event_id)
         m = TIMESTAMP.search(body)
-        if m:
+        if m and "warm" not in request.query:  # ?warm: a warm-up, not measured
             sent = datetime.fromisoformat(m.group(1).decode().replace("Z", "+00:00"))
             latencies.append((now - sent.timestamp()) * 1000)
         if args.hang_rate and rng.random() < args.hang_rate:

@@ -34,6 +34,7 @@ def load(
     body: str | None = None,
     headers: dict[str, str] | None = None,
     paths: str | None = None,
+    auths: str | None = None,
 ) -> dict[str, Any]:
     cmd = [
         sys.executable,
@@ -53,6 +54,8 @@ def load(
         cmd += ["--header", f"{k}:{v}"]
     if paths:
         cmd += ["--paths", paths]
+    if auths:
+        cmd += ["--auths", auths]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT).stdout
     result: dict[str, Any] = json.loads(out)
     return result

@@ -133,8 +133,7 @@ class Dispatcher:
         # Any (re)connect may have missed a NOTIFY: wake and look, as on one.
         listener = Listener(
             self.dsn,
-            OUTBOX_CHANNEL,
-            lambda _: self._look(),
+            {OUTBOX_CHANNEL: lambda _: self._look()},
             on_gap=self._look,
             name="hookrelay-dispatcher-listen",
         )
@@ -183,6 +182,10 @@ class Dispatcher:
     def _look(self) -> None:
         self._looked = True
         self._wake.set()
+
+    def wake(self) -> None:
+        """New events were committed: look for due rows now, not at the next poll."""
+        self._look()
 
     def stop(self) -> None:
         """Stop claiming; :meth:`run` finishes in-flight attempts and returns."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import asyncpg
@@ -22,7 +22,8 @@ RECONNECT_S = 1.0
 
 
 class Listener:
-    """LISTEN on ``channel``, calling ``callback(payload)``; ``on_gap()`` after any outage.
+    """LISTEN on each channel of ``callbacks``, calling its ``callback(payload)``;
+    ``on_gap()`` after any outage. One connection serves every channel.
 
     ``on_gap`` runs whenever notifications may have been missed (at each
     (re)connect and when the connection is lost), so callers can look again.
@@ -31,13 +32,13 @@ class Listener:
     def __init__(
         self,
         dsn: str,
-        channel: str,
-        callback: Callable[[str], None],
+        callbacks: Mapping[str, Callable[[str], None]],
         *,
         on_gap: Callable[[], None] = lambda: None,
         name: str = "hookrelay-listener",
     ) -> None:
-        self._dsn, self._channel, self._callback, self._on_gap = dsn, channel, callback, on_gap
+        self._dsn, self._callbacks, self._on_gap = dsn, dict(callbacks), on_gap
+        self._channels = ", ".join(self._callbacks)
         self._name = name
         self._conn: asyncpg.Connection | None = None
         self._task: asyncio.Task[None] | None = None
@@ -58,26 +59,27 @@ class Listener:
             with contextlib.suppress(Exception):
                 await self._conn.close()
 
-    def _notified(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
-        self._callback(payload)
+    def _notified(self, _conn: Any, _pid: int, channel: str, payload: str) -> None:
+        self._callbacks[channel](payload)
 
     async def _run(self) -> None:
         while True:
             conn: asyncpg.Connection | None = None
             try:
                 conn = await connect(self._dsn, wait_s=RECONNECT_S * 5)
-                await conn.add_listener(self._channel, self._notified)
+                for channel in self._callbacks:
+                    await conn.add_listener(channel, self._notified)
                 lost = asyncio.Event()
                 conn.add_termination_listener(lambda *_, lost=lost: lost.set())
                 self._conn = conn  # "connected" only once LISTEN is in place
                 self._on_gap()
                 await lost.wait()
-                log.warning("LISTEN %s: connection lost; reconnecting", self._channel)
+                log.warning("LISTEN %s: connection lost; reconnecting", self._channels)
             except asyncio.CancelledError:
                 if conn is not None and conn is not self._conn:
                     conn.terminate()  # stopped between connecting and LISTEN
                 raise
             except Exception as exc:  # polling still works meanwhile
-                log.warning("LISTEN %s unavailable: %s", self._channel, exc)
+                log.warning("LISTEN %s unavailable: %s", self._channels, exc)
             self._on_gap()
             await asyncio.sleep(RECONNECT_S)

@@ -76,6 +76,7 @@ def _transition(
     result: Any = None,
     error: Any = None,
     tenant_id: str | None = None,
+    notify: bool = True,
 ) -> Plan[Task]:
     terminal = status in TERMINAL_STATUSES
     new_event = EventId(ids.event_id()) if terminal else None
@@ -95,13 +96,14 @@ def _transition(
         raise InvalidTransition(task_id, current)
     if terminal:
         yield event_step(task)
-    yield events.notify_step(task_id=task.id)
+    if notify:
+        yield events.notify_step(task_id=task.id)
     return task
 
 
-def start_plan(task_id: str) -> Plan[Task]:
+def start_plan(task_id: str, *, notify: bool = True) -> Plan[Task]:
     """queued → running."""
-    return _transition(task_id, "running", ["queued"])
+    return _transition(task_id, "running", ["queued"], notify=notify)
 
 
 def complete_plan(
@@ -111,13 +113,20 @@ def complete_plan(
     error: Any = None,
     *,
     tenant_id: str | None = None,
+    notify: bool = True,
 ) -> Plan[Task]:
     """A live task → terminal ``status``, with its webhook event (ValueError at once
-    for a status that is not terminal)."""
+    for a status that is not terminal). ``notify``: see ``outbox.complete_task``."""
     if status not in TERMINAL_STATUSES:
         raise ValueError(f"{status!r} is not a terminal status")
     return _transition(
-        task_id, status, LIVE_STATUSES, result=result, error=error, tenant_id=tenant_id
+        task_id,
+        status,
+        LIVE_STATUSES,
+        result=result,
+        error=error,
+        tenant_id=tenant_id,
+        notify=notify,
     )
 
 

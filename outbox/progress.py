@@ -48,13 +48,16 @@ def progress_plan(
     message: str | None = None,
     *,
     tenant_id: str | None = None,
+    notify: bool = True,
 ) -> Plan[Task]:
     """The report as a plan; ValueError at once for a bad ``percent`` or ``message``."""
     percent, message = check_progress(percent, message)
-    return _report(task_id, percent, message, tenant_id)
+    return _report(task_id, percent, message, tenant_id, notify)
 
 
-def _report(task_id: str, percent: float, message: str | None, tenant_id: str | None) -> Plan[Task]:
+def _report(
+    task_id: str, percent: float, message: str | None, tenant_id: str | None, notify: bool
+) -> Plan[Task]:
     task: Task | None = yield tasks.progress_step(
         task_id=task_id, percent=percent, message=message, tenant_id=tenant_id
     )
@@ -65,7 +68,8 @@ def _report(task_id: str, percent: float, message: str | None, tenant_id: str | 
         if current.status != "running":
             raise InvalidTransition(task_id, current)
         raise ProgressBackwards(task_id, current)
-    yield tasks.notify_task_step(task_id=task.id)
+    if notify:
+        yield tasks.notify_task_step(task_id=task.id)
     return task
 
 
@@ -76,11 +80,15 @@ async def report_progress(
     message: str | None = None,
     *,
     tenant_id: str | None = None,
+    notify: bool = True,
 ) -> Task:
-    """Record progress on a running task (and push it to its watchers at commit).
+    """Record progress on a running task (and push it to its watchers at commit;
+    ``notify``: see ``outbox.complete_task``).
 
     Raises :class:`TaskNotFound`; :class:`InvalidTransition` if the task is not
     running; :class:`ProgressBackwards` if ``percent`` is below the last report.
     Both carry the task as it is now.
     """
-    return await run(conn, progress_plan(task_id, percent, message, tenant_id=tenant_id))
+    return await run(
+        conn, progress_plan(task_id, percent, message, tenant_id=tenant_id, notify=notify)
+    )

@@ -129,13 +129,24 @@ SELECT t.signature_scheme, s.scheme, s.public_key, s.created_at, s.expires_at
    FROM pg_stat_activity
   WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL);
 
--- name: insert_task
+-- name: _new_task
 INSERT INTO tasks (id, tenant_id, type, input, callback_url, metadata, timeout_at,
                    heartbeat_timeout_s, on_timeout)
 VALUES ($1, $2, $3, $4, $5, $6,
         CASE WHEN $7::float8 IS NULL THEN NULL ELSE now() + make_interval(secs => $7) END,
         $8, $9)
-RETURNING *;
+RETURNING *
+
+-- name: insert_task
+{{_new_task}};
+
+-- name: insert_task_keyed
+-- A submit with an Idempotency-Key ($10, request hash $11): the task and its key
+-- in one statement, inside the transaction that holds the key's lock.
+WITH task AS ({{_new_task}}),
+     kept AS (INSERT INTO idempotency_keys (tenant_id, key, request_hash, task_id)
+              SELECT tenant_id, $10, $11, id FROM task)
+SELECT * FROM task;
 
 -- name: get_task
 -- $2 NULL means "any tenant" (executor and ops); partners always pass theirs.
@@ -219,16 +230,23 @@ SELECT body FROM events WHERE event_id = $1;
 -- $2 and $3: the outbox and task channels (named once, in outbox.store).
 SELECT pg_notify($2, ''), pg_notify($3, $1);
 
+-- name: notify_outbox
+-- Sent by the API after its own commit, on its own (autocommit) statement: the
+-- writers' transactions then send no NOTIFY, and so never queue on the lock that
+-- serialises notifying commits across the cluster. One per burst of commits.
+SELECT pg_notify($1, '');
+
 -- name: idempotency_lock
 -- Non-blocking: a second request with the same key while the first is still in
 -- its transaction gets "in flight" (409) rather than queueing behind it.
 SELECT pg_try_advisory_xact_lock(hashtextextended($1 || ':' || $2, 42));
 
 -- name: idempotency_get
-SELECT request_hash, task_id FROM idempotency_keys WHERE tenant_id = $1 AND key = $2;
-
--- name: idempotency_put
-INSERT INTO idempotency_keys (tenant_id, key, request_hash, task_id) VALUES ($1, $2, $3, $4);
+-- The key's request hash and its task, in one read (the key's row goes with its
+-- task, ON DELETE CASCADE, so the task is there).
+SELECT k.request_hash, t.*
+  FROM idempotency_keys k JOIN tasks t ON t.id = k.task_id
+ WHERE k.tenant_id = $1 AND k.key = $2;
 
 -- name: due_lanes
 -- Scheduler, step 1: the lanes (host, tenant) that have due rows, each with its
@@ -893,6 +911,13 @@ SELECT c.seq, c.changed_at,
        NULLIF(c.state -> 'progress', 'null'::jsonb) AS progress,
        t.heartbeat_timeout_s, t.heartbeat_at, t.heartbeat_due_at, t.on_timeout
   FROM task_changes c JOIN tasks t ON t.id = c.task_id
+
+-- name: number_changes
+-- Numbers up to $1 committed changes waiting in task_change_queue and moves them
+-- into task_changes, with one NOTIFY at commit (number_task_changes in schema.sql
+-- says why that gives no gap and no duplicate). Returns nothing, without taking
+-- any lock, when the queue is empty.
+SELECT stream_tenant, stream_last_seq, numbered FROM number_task_changes($1);
 
 -- name: changes_after
 -- One tenant's changes after seq $2, in seq (= commit) order (the primary key).

@@ -7,6 +7,7 @@ the rules of ``outbox.prefixes``.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 import socket
@@ -248,14 +249,22 @@ async def guard_target(url: str, policy: AddressPolicy, resolver: Resolver) -> P
     once per TTL; the answer is only advisory here anyway, since every
     connection is checked again.
     """
+    target, literal = _checked(policy, url)
+    if not literal:  # a name (check_url has judged a literal's address itself)
+        await resolve_checked(target.host, target.port, policy, resolver)
+    return target
+
+
+@functools.lru_cache(maxsize=4096)
+def _checked(policy: AddressPolicy, url: str) -> tuple[ParsedTarget, bool]:
+    # A pure function of the two, and partners send the same few URLs again and
+    # again: parsed once, not per submit. A refusal raises, and is not cached.
     target = policy.check_url(url)
     try:
         ipaddress.ip_address(target.host)
-        return target  # an IP literal: check_url has judged the address itself
     except ValueError:
-        pass
-    await resolve_checked(target.host, target.port, policy, resolver)
-    return target
+        return target, False
+    return target, True
 
 
 class GuardedResolver(AbstractResolver):

@@ -1,6 +1,8 @@
 """The sweeper: live tasks past ``timeout_at``, and running tasks whose executor stopped
 reporting for its heartbeat budget, become ``timed_out`` (with their event); rows past
-retention are purged."""
+retention are purged; and changes still queued for the status streams are numbered
+(the API numbers its own at once; this is the floor for every other writer, even
+with no API process running)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import asyncpg
 
 from .db import TRANSIENT_ERRORS
 from .retention import purge
-from .store import tasks
+from .store import changes, tasks
 from .transitions import timeout_task
 
 log = logging.getLogger("hookrelay.sweeper")
@@ -69,6 +71,8 @@ async def run(
             n = await sweep_once(pool)
             if n:
                 log.info("timed out %d tasks", n)
+            async with pool.acquire() as conn:
+                await changes.number_pending(conn)
             if n == BATCH:
                 continue
         except TRANSIENT_ERRORS as exc:

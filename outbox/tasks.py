@@ -57,22 +57,17 @@ async def create_task(
         if seen is not None:
             if seen.request_hash != idempotency.request_hash:
                 raise IdempotencyKeyReused(key)
-            first = await store.get_task(conn, task_id=seen.task_id, tenant_id=tenant_id)
-            # The key's row goes with its task (ON DELETE CASCADE), so it is there.
-            assert first is not None
-            return first, False
-        task = await _insert(conn, tenant_id, spec)
-        await store.idempotency_put(
-            conn,
-            tenant_id=tenant_id,
-            key=key,
-            request_hash=idempotency.request_hash,
-            task_id=task.id,
-        )
+            return seen.task, False
+        task = await _insert(conn, tenant_id, spec, (key, idempotency.request_hash))
     return task, True
 
 
-async def _insert(conn: asyncpg.Connection, tenant_id: str, spec: NewTask) -> Task:
+async def _insert(
+    conn: asyncpg.Connection,
+    tenant_id: str,
+    spec: NewTask,
+    idempotency: tuple[str, bytes] | None = None,
+) -> Task:
     return await store.insert_task(
         conn,
         task_id=TaskId(ids.task_id()),
@@ -84,6 +79,7 @@ async def _insert(conn: asyncpg.Connection, tenant_id: str, spec: NewTask) -> Ta
         timeout_s=spec.timeout_s,
         heartbeat_timeout_s=spec.heartbeat_timeout_s,
         on_timeout=spec.on_timeout,
+        idempotency=idempotency,
     )
 
 

@@ -7,6 +7,12 @@ all. The connection may be asyncpg's, psycopg 3's ``AsyncConnection`` or a
 SQLAlchemy ``AsyncConnection``/``AsyncSession`` (``outbox.sync`` has the same
 functions for sync connections). Each change is written once, as a plan
 (``outbox.plans``) that the store's drivers run on any of them.
+
+``notify=False`` leaves the NOTIFY out. Notifying commits queue on one lock
+across the whole PostgreSQL cluster, so a caller committing many changes a
+second wakes dispatchers and watchers itself after its commit (as hookrelay's
+API does), or lets them find the work at their next poll (dispatchers: every
+``HOOKRELAY_POLL_INTERVAL_S``; status streams: the next sweep).
 """
 
 from __future__ import annotations
@@ -47,9 +53,9 @@ __all__ = [
 ]
 
 
-async def start_task(conn: Connection, task_id: str) -> Task:
+async def start_task(conn: Connection, task_id: str, *, notify: bool = True) -> Task:
     """queued → running."""
-    return await run(conn, start_plan(task_id))
+    return await run(conn, start_plan(task_id, notify=notify))
 
 
 async def complete_task(
@@ -60,18 +66,23 @@ async def complete_task(
     error: Any = None,
     *,
     tenant_id: str | None = None,
+    notify: bool = True,
 ) -> Task:
     """Move a live task to a terminal ``status`` and enqueue its webhook event.
 
     Raises :class:`TaskNotFound`, or :class:`InvalidTransition` (carrying the
     current task) if it is already terminal; nothing is written then.
     """
-    return await run(conn, complete_plan(task_id, status, result, error, tenant_id=tenant_id))
+    return await run(
+        conn, complete_plan(task_id, status, result, error, tenant_id=tenant_id, notify=notify)
+    )
 
 
-async def cancel_task(conn: Connection, task_id: str, *, tenant_id: str | None = None) -> Task:
+async def cancel_task(
+    conn: Connection, task_id: str, *, tenant_id: str | None = None, notify: bool = True
+) -> Task:
     """→ cancelled, with a ``task.cancelled`` event."""
-    return await complete_task(conn, task_id, "cancelled", tenant_id=tenant_id)
+    return await complete_task(conn, task_id, "cancelled", tenant_id=tenant_id, notify=notify)
 
 
 async def timeout_task(conn: Connection, task_id: str, reason: TimeoutReason = "deadline") -> Task:

@@ -19,7 +19,6 @@ from .auth import KeyCache, revocations
 from .console.security import SignInThrottle
 from .errors import HANDLERS
 from .guard import GuardMiddleware
-from .limits import HeaderLimit
 from .routes import (
     admin,
     deadletters,
@@ -34,14 +33,16 @@ from .routes import (
     ws,
 )
 from .runtime import Runtime
+from .signals import Signals
 from .streams import StreamHub
 from .watcher import TaskWatcher
 
 log = logging.getLogger("hookrelay.api")
 
-# Started beside the API in the same event loop (``hookrelay serve``); each
-# gets the pool and returns an async context manager that runs it until exit.
-Background = Callable[[asyncpg.Pool], contextlib.AbstractAsyncContextManager[object]]
+# Started beside the API (``hookrelay serve``); each gets the pool and the
+# process's after-commit signals and returns an async context manager that runs
+# it until exit.
+Background = Callable[[asyncpg.Pool, Signals], contextlib.AbstractAsyncContextManager[object]]
 
 
 def create_app(
@@ -62,14 +63,16 @@ def create_app(
         app.state.watcher = TaskWatcher(runtime.dsn)
         await app.state.watcher.start()
         await app.state.hub.start(app.state.pool)
+        app.state.signals = signals = Signals(app.state.pool, app.state.hub, app.state.watcher)
         app.state.key_revocations = keys = revocations(runtime.dsn, app.state.key_cache)
         await keys.start()
         try:
             async with contextlib.AsyncExitStack() as stack:
                 for start in background:
-                    await stack.enter_async_context(start(app.state.pool))
+                    await stack.enter_async_context(start(app.state.pool, signals))
                 yield
         finally:
+            await signals.stop()
             await keys.stop()
             await app.state.hub.stop()
             await app.state.submit_resolver.close()
@@ -95,7 +98,7 @@ def create_app(
             console.mount(runtime.admin_token),
         ],
         exception_handlers=HANDLERS,
-        middleware=[Middleware(HeaderLimit), Middleware(GuardMiddleware)],
+        middleware=[Middleware(GuardMiddleware)],
         lifespan=lifespan,
     )
     # /v1/tasks/ is a 404, not a redirect built from the client's Host header.

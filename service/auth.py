@@ -67,7 +67,7 @@ class KeyCache:
 def revocations(dsn: str, cache: KeyCache) -> Listener:
     """LISTEN for rotated API keys; after any outage, forget every cached key."""
     return Listener(
-        dsn, KEYS_CHANNEL, cache.evict_tenant, on_gap=cache.clear, name="hookrelay-keys"
+        dsn, {KEYS_CHANNEL: cache.evict_tenant}, on_gap=cache.clear, name="hookrelay-keys"
     )
 
 

@@ -15,6 +15,10 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+# Built once: json.loads with hooks builds a new decoder on every call.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=finite_float)
+
+
 async def read_json(request: Request, *, required: bool = True) -> Any:
     """The parsed JSON body, capped at the configured size, checked by ``guard.check_json``.
 
@@ -40,7 +44,7 @@ async def read_json(request: Request, *, required: bool = True) -> Any:
         raise UnsupportedMediaType("send the body as application/json")
     try:
         text = raw.decode("utf-8")
-        value = json.loads(text, parse_constant=_reject_constant, parse_float=finite_float)
+        value = _DECODER.decode(text)
     except UnicodeDecodeError as exc:
         raise BadRequest("request body is not valid UTF-8", code="invalid_json") from exc
     except (ValueError, RecursionError) as exc:

@@ -104,30 +104,48 @@ def timestamp(name: str, raw: str) -> datetime:
     return value
 
 
-def _raw_problem(scope: Scope) -> str | None:
-    # The raw path keeps %00 encoded; the decoded one is what routes see.
-    raw_path = scope.get("raw_path") or scope["path"].encode()
-    if b"\x00" in unquote_to_bytes(raw_path) or "\x00" in scope["path"]:
-        return "the path contains a NUL character"
-    if b"\x00" in unquote_to_bytes(scope.get("query_string", b"")):
-        return "the query string contains a NUL character"
+# What the headers may add up to: h11's own default limit, and what nginx allows in
+# 2 x 8 kB. uvicorn's httptools parser accepts headers of any size; hookrelay's
+# protocol (service/protocol.py) refuses more while reading, and this cap holds the
+# app to it under any other server too.
+MAX_HEADER_BYTES = 16_384
+
+
+def _problem(scope: Scope, max_header_bytes: int) -> tuple[int, str, str] | None:
+    """(status, code, message) for a request refused before routing, or None."""
+    size, nul_in = 0, None
     for name, value in scope["headers"]:
-        if b"\x00" in value or b"\x00" in name:
-            return f"header {name.decode('latin-1')[:40]!r} contains a NUL character"
+        size += len(name) + len(value) + 4
+        if nul_in is None and (b"\x00" in value or b"\x00" in name):
+            nul_in = name
+    if size > max_header_bytes:
+        message = f"request headers are {size} bytes; the limit is {max_header_bytes}"
+        return 431, "headers_too_large", message
+    # The raw path keeps %00 encoded; the decoded one is what routes see. Only a
+    # '%' can encode a NUL, so a path or query without one needs no decoding.
+    raw_path = scope.get("raw_path") or scope["path"].encode()
+    if "\x00" in scope["path"] or (b"%" in raw_path and b"\x00" in unquote_to_bytes(raw_path)):
+        return 400, "invalid_parameter", "the path contains a NUL character"
+    query = scope.get("query_string", b"")
+    if b"\x00" in query or (b"%" in query and b"\x00" in unquote_to_bytes(query)):
+        return 400, "invalid_parameter", "the query string contains a NUL character"
+    if nul_in is not None:
+        where = f"header {nul_in.decode('latin-1')[:40]!r}"
+        return 400, "invalid_parameter", f"{where} contains a NUL character"
     return None
 
 
 class GuardMiddleware:
-    """400 before routing for a NUL anywhere in the path, the query or a header."""
+    """Before routing: 400 for a NUL anywhere in the path, the query or a header, and
+    431 for headers over ``max_header_bytes``, in one pass over the headers."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+    def __init__(self, app: ASGIApp, max_header_bytes: int = MAX_HEADER_BYTES) -> None:
+        self.app, self.max_header_bytes = app, max_header_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            problem = _raw_problem(scope)
+            problem = _problem(scope, self.max_header_bytes)
             if problem is not None:
-                response = error_response(400, "invalid_parameter", problem)
-                await response(scope, receive, send)
+                await error_response(*problem)(scope, receive, send)
                 return
         await self.app(scope, receive, send)

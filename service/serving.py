@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import uvicorn
 
-from .limits import MAX_HEADER_BYTES
+from .guard import MAX_HEADER_BYTES
 from .protocol import protocol_class
 
 T = TypeVar("T")

@@ -1,7 +1,11 @@
 """Long-poll support: one LISTEN connection per process fans task changes out to waiters.
 
 A waiter holds an asyncio.Event, not a database connection or a thread, so
-thousands of ``?wait=`` requests cost one connection in all.
+thousands of ``?wait=`` requests cost one connection in all. A waiter wakes on
+a change committed by this process (:meth:`TaskWatcher.notify`, called after
+the commit), by another API process (the numberer's ``hookrelay_changes``
+notification names the task) or by an executor's own transaction (its
+``hookrelay_tasks`` notification, sent at commit).
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 from outbox.listener import Listener
-from outbox.store import TASKS_CHANNEL
+from outbox.store import CHANGES_CHANNEL, TASKS_CHANNEL, changes
 
 
 class TaskWatcher:
@@ -20,7 +24,10 @@ class TaskWatcher:
         self._waiters: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
         self._released = False
         self._listener = Listener(
-            dsn, TASKS_CHANNEL, self._notified, on_gap=self._wake_all, name="hookrelay-watcher"
+            dsn,
+            {TASKS_CHANNEL: self.notify, CHANGES_CHANNEL: self._changed},
+            on_gap=self._wake_all,
+            name="hookrelay-watcher",
         )
 
     @property
@@ -53,6 +60,11 @@ class TaskWatcher:
                 if not waiting:
                     del self._waiters[task_id]
 
+    @property
+    def released(self) -> bool:
+        """Shutdown began: waits end now."""
+        return self._released
+
     def release_all(self) -> None:
         """Shutdown began: every long-poll answers now, with the task as it is.
 
@@ -62,9 +74,19 @@ class TaskWatcher:
         self._released = True
         self._wake_all()
 
-    def _notified(self, task_id: str) -> None:
+    def notify(self, task_id: str) -> None:
+        """``task_id`` changed (its change committed): its waiters read it again."""
         for event in self._waiters.get(task_id, ()):
             event.set()
+
+    def _changed(self, payload: str) -> None:
+        changed = changes.parse_changed(payload)
+        if changed is None:
+            self._wake_all()
+            return
+        for c in changed:
+            for task_id in c.task_ids:
+                self.notify(task_id)
 
     def _wake_all(self) -> None:
         # After a lost connection we may have missed notifications: let every

@@ -27,6 +27,7 @@ from outbox.sweeper import sweeping
 
 from . import serving
 from .runtime import Runtime
+from .signals import Signals
 
 
 def dispatcher_config(runtime: Runtime) -> DispatcherConfig:
@@ -97,12 +98,13 @@ class _DispatcherThread(threading.Thread):
 
 def dispatcher_background(
     runtime: Runtime,
-) -> Callable[[asyncpg.Pool], contextlib.AbstractAsyncContextManager[Dispatcher]]:
+) -> Callable[[asyncpg.Pool, Signals], contextlib.AbstractAsyncContextManager[Dispatcher]]:
     """A ``Background`` for :func:`service.app.create_app`: the dispatcher on a
-    loop and a pool of its own (the API's pool is not used)."""
+    loop and a pool of its own (the API's pool is not used), woken directly by
+    the API's commits of new events."""
 
     @contextlib.asynccontextmanager
-    async def run(pool: asyncpg.Pool) -> AsyncIterator[Dispatcher]:
+    async def run(pool: asyncpg.Pool, signals: Signals) -> AsyncIterator[Dispatcher]:
         thread = _DispatcherThread(runtime)
         thread.start()
         await asyncio.to_thread(thread.up.wait)
@@ -110,6 +112,11 @@ def dispatcher_background(
         try:
             if dispatcher is None or loop is None:
                 raise thread.error or RuntimeError("the dispatcher did not start")
+
+            def wake() -> None:
+                loop.call_soon_threadsafe(dispatcher.wake)
+
+            signals.wake_locally(wake)
             yield dispatcher
         finally:
             if dispatcher is not None and loop is not None and thread.is_alive():
@@ -124,10 +131,10 @@ def dispatcher_background(
 
 def sweeper_background(
     runtime: Runtime,
-) -> Callable[[asyncpg.Pool], contextlib.AbstractAsyncContextManager[None]]:
+) -> Callable[[asyncpg.Pool, Signals], contextlib.AbstractAsyncContextManager[None]]:
     """The timeout sweeper as a ``Background``."""
 
-    def run(pool: asyncpg.Pool) -> contextlib.AbstractAsyncContextManager[None]:
+    def run(pool: asyncpg.Pool, _: Signals) -> contextlib.AbstractAsyncContextManager[None]:
         return sweeping(pool, runtime.settings.sweep_interval_s, runtime.settings.retention())
 
     return run

@@ -37,8 +37,11 @@ from .support import (
     ADMIN,
     ADMIN_TOKEN,
     ROOT,
+    ServeProcess,
     dispatcher_env,
     free_port,
+    master_key,
+    service_env,
     start,
     wait_for_port,
     with_database,
@@ -107,19 +110,58 @@ def dropper(server_dsn: str) -> Iterator[Callable[[str], None]]:
             dropped.result()  # a failed drop fails the session
 
 
-@pytest.fixture
-async def dsn(
-    server_dsn: str, template_db: str, dropper: Callable[[str], None]
-) -> AsyncIterator[str]:
-    """A fresh, migrated database for this test alone."""
+async def clone_template(server_dsn: str, template_db: str) -> str:
+    """A new database cloned from the migrated template; its name."""
     name = f"hookrelay_t_{uuid.uuid4().hex[:12]}"
     conn = await asyncpg.connect(server_dsn)
     try:
         await conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
     finally:
         await conn.close()
+    return name
+
+
+@pytest.fixture
+async def dsn(
+    server_dsn: str, template_db: str, dropper: Callable[[str], None]
+) -> AsyncIterator[str]:
+    """A fresh, migrated database for this test alone."""
+    name = await clone_template(server_dsn, template_db)
     yield with_database(server_dsn, name)
     dropper(name)
+
+
+@pytest.fixture(scope="module")
+def module_dsn(server_dsn: str, template_db: str, dropper: Callable[[str], None]) -> Iterator[str]:
+    """A fresh, migrated database shared by the tests of one module."""
+    name = asyncio.run(clone_template(server_dsn, template_db))
+    yield with_database(server_dsn, name)
+    dropper(name)
+
+
+@pytest.fixture(scope="module")
+def hookrelay_serve(
+    module_dsn: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServeProcess]:
+    """One ``hookrelay serve`` for the module (fast retries, loopback callbacks allowed);
+    each test makes its own tenant (``hookrelay_serve.tenant()``)."""
+    data = tmp_path_factory.mktemp("serve")
+    env = service_env(
+        module_dsn,
+        master_key(),
+        admin_token=ADMIN_TOKEN,
+        data_dir=str(data),
+        max_attempts="3",
+        retry_base_s="0.05",
+        retry_cap_s="0.2",
+        poll_interval_s="0.1",
+        http_timeout_s="2",
+        streams_per_tenant="4",
+    )
+    serve = ServeProcess(env, data / "serve.log")
+    serve.start()
+    yield serve
+    serve.stop()
 
 
 @pytest.fixture

@@ -9,25 +9,33 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.server
 import inspect
 import os
 import secrets
+import socket
+import subprocess
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import httpx
 
+from bench import procs
 from bench.procs import ROOT as ROOT
 from bench.procs import free_port as free_port
-from bench.procs import hookrelay, service_env
+from bench.procs import hookrelay as hookrelay
+from bench.procs import master_key as master_key
+from bench.procs import service_env as service_env
 from outbox import complete_task
 from outbox.dispatcher import Dispatcher, running
 from outbox.models import EventId
-from outbox.store import delivery
+from outbox.store import changes, delivery
 from outbox.store.delivery import ClaimedEvent
 from outbox.tasks import NewTask, create_task
 from outbox.tenants import NewKeys, NewTenant, create_tenant
@@ -73,6 +81,14 @@ async def eventually(
             name = what or getattr(predicate, "__qualname__", repr(predicate))
             raise AssertionError(f"not true after {timeout:g} s: {name} (last: {value!r})")
         await asyncio.sleep(every)
+
+
+async def purge_changes(pool: asyncpg.Pool, where: str, *args: Any) -> None:
+    """Delete the status streams' logged changes ``where`` holds, as retention would:
+    once every change committed so far is numbered (a queued one is not purged)."""
+    async with pool.acquire() as conn:
+        await changes.number_pending(conn)
+        await conn.execute(f"DELETE FROM task_changes WHERE {where}", *args)
 
 
 # -- dispatching in the test's own loop --------------------------------------------------
@@ -236,3 +252,140 @@ def cli_env(runtime: Runtime, dsn: str) -> dict[str, str]:
         "HOOKRELAY_ADMIN_TOKEN": ADMIN_TOKEN,
         "HOOKRELAY_DATA_DIR": str(runtime.settings.data_dir),
     }
+
+
+# -- hookrelay serve for a whole module, and a network that loses answers -----------------
+
+
+class ServeProcess:
+    """``hookrelay serve`` as a child process on one port that it keeps across restarts."""
+
+    def __init__(self, env: dict[str, str], logs: Path) -> None:
+        self.port = free_port()
+        self.env = {**env, "HOOKRELAY_HOST": "127.0.0.1", "HOOKRELAY_PORT": str(self.port)}
+        self.logs = logs
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        with self.logs.open("ab") as log:
+            self.proc = subprocess.Popen(
+                hookrelay("serve"), env=self.env, cwd=ROOT, stdout=log, stderr=log
+            )
+        try:
+            procs.wait_for_port(self.port, self.proc)
+        except RuntimeError:
+            raise AssertionError(f"serve did not start: {self.logs.read_text()[-2000:]}") from None
+
+    def stop(self) -> None:
+        """SIGTERM, as a deployment does: streams and long polls end cleanly first."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(60)
+        self.proc = None
+
+    def tenant(self, scheme: str = "v1") -> dict[str, Any]:
+        """A new tenant: its id, apiKey, signingSecret and publicKey."""
+        body = {"name": "partner", "signatureScheme": scheme}
+        r = httpx.post(f"{self.url}/v1/admin/tenants", json=body, headers=ADMIN, timeout=30)
+        assert r.status_code == 201, r.text
+        return dict(r.json())
+
+
+class LosingProxy:
+    """A TCP proxy to 127.0.0.1:``port`` that loses the answer on its first ``lose``
+    connections: the request reaches the server, which acts on it and answers, and the
+    client sees its connection close instead. Later connections pass both ways."""
+
+    def __init__(self, port: int, lose: int = 1) -> None:
+        self.target, self.lose, self.lost = port, lose, 0
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:  # closed
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            with self._lock:
+                self.sockets += [client, upstream]
+                losing = self.lost < self.lose
+                self.lost += losing
+            threading.Thread(target=self._pipe, args=(client, upstream), daemon=True).start()
+            if losing:
+                threading.Thread(target=self._lose, args=(client, upstream), daemon=True).start()
+            else:
+                threading.Thread(target=self._pipe, args=(upstream, client), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+    @staticmethod
+    def _lose(client: socket.socket, upstream: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            upstream.recv(65536)  # the answer has begun: the server has done the work
+        for s in (client, upstream):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.server.close()
+        with self._lock:
+            for s in self.sockets:
+                s.close()
+
+
+def until(predicate: Callable[[], Any], timeout: float = 10.0, *, what: str = "") -> Any:
+    """:func:`eventually` for blocking tests: ``predicate`` until truthy; returns that."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            name = what or getattr(predicate, "__qualname__", repr(predicate))
+            raise AssertionError(f"not true after {timeout:g} s: {name} (last: {value!r})")
+        time.sleep(0.02)
+    return value
+
+
+class WebhookSink:
+    """A webhook receiver in a thread on 127.0.0.1: answers 204, keeps (headers, body)."""
+
+    def __init__(self) -> None:
+        received: list[tuple[dict[str, str], bytes]] = []
+        self.received = received
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["content-length"]))
+                received.append((dict(self.headers), body))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join()

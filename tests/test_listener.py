@@ -29,7 +29,7 @@ LISTENING = (
 async def test_reconnects_and_hears_again(dsn: str) -> None:
     heard: list[str] = []
     gaps: list[float] = []
-    listener = Listener(dsn, "hookrelay_test", heard.append, on_gap=lambda: gaps.append(1))
+    listener = Listener(dsn, {"hookrelay_test": heard.append}, on_gap=lambda: gaps.append(1))
     await listener.start()
     other = await asyncpg.connect(dsn)
     try:

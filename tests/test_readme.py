@@ -1,28 +1,42 @@
-"""The README's "Try it locally" walk-through, run as written against a live ``hookrelay serve``.
+"""The README's "Try it locally" walk-through and its Python examples, run as written.
 
 The commands are taken from the README's ``<!-- try:... -->`` blocks; only the ports are
 swapped for free ones (this machine may already use 8000 and 9000), the venv creation is
 skipped (the suite runs inside it), and the database is the test's instead of an embedded
 one. Terminal 2's listener runs in the background of terminal 3's shell.
+
+The Python examples (``<!-- run:... -->`` blocks) are executed with the names the text
+calls yours bound to the test's: the executor examples on the test's database, the
+client and receiver ones against a live ``hookrelay serve``.
 """
 
 from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
+import io
+import json
 import os
 import re
 import signal
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
 
+from hookrelay.client import Client
+from hookrelay.receiver.postgres import DDL
+from outbox.signing import Signer, generate_secret
 from outbox.tasks import NewTask, create_task
 from outbox.tenants import create_tenant
 
-from .support import ROOT, free_port, wait_for_port
+from .clientfakes import task_json
+from .support import ADMIN_TOKEN, ROOT, WebhookSink, free_port, until, wait_for_port
 
 pytestmark = pytest.mark.anyio
 
@@ -134,3 +148,87 @@ async def test_executor_examples_run_as_written(pool: asyncpg.Pool, runtime) -> 
             assert (done["status"], done["result"]) == ("succeeded", {"url": url}), example
             assert await conn.fetchval("SELECT url FROM renders WHERE id = $1", n) == url
             assert await conn.fetchval("SELECT count(*) FROM outbox WHERE task_id = $1", task.id)
+
+
+PYTHON_EXAMPLES = ("client", "executor-http", "receiver", "dedupe")
+
+
+def test_the_python_examples_are_short() -> None:
+    blocks = [block for kind in PYTHON_EXAMPLES for block in python_blocks(kind)]
+    assert len(blocks) == 5
+    assert all(len(block.strip().splitlines()) < 15 for block in blocks)
+    text = (ROOT / "README.md").read_text()
+    # The client comes first: right after the quick start.
+    assert text.index("## Use it from Python") < text.index("## Try it locally")
+
+
+def test_client_and_receiver_examples_run_as_written(hookrelay_serve) -> None:
+    """Submit-and-wait and follow against a live serve, whose tasks an executor thread
+    completes with the README's executor example; then the receiver example verifies
+    and deduplicates the webhooks that serve delivered."""
+    tenant = hookrelay_serve.tenant()
+    sink = WebhookSink()
+    submit_and_wait, follow = python_blocks("client")
+    (executor,) = python_blocks("executor-http")
+    (receiver,) = python_blocks("receiver")
+
+    def here(code: str) -> str:
+        code = code.replace("http://127.0.0.1:8000", hookrelay_serve.url)
+        return code.replace("http://127.0.0.1:9000/webhooks", sink.url)
+
+    def execute() -> None:
+        # Every task of the tenant, from its first change on: none can be missed.
+        done = 0
+        with Client(hookrelay_serve.url, tenant["apiKey"]) as watch:
+            for event in watch.follow_all(last_event_id=0):
+                if event.task.status == "queued":
+                    exec(here(executor), {"admin_token": ADMIN_TOKEN, "task_id": event.task.id})
+                    done += 1
+                if done == 2:
+                    return
+
+    worker = threading.Thread(target=execute, daemon=True)
+    worker.start()
+    try:
+        outputs = []
+        for example in (submit_and_wait, follow):
+            with contextlib.redirect_stdout(io.StringIO()) as out:
+                exec(here(example), {"api_key": tenant["apiKey"]})
+            outputs.append(out.getvalue().splitlines())
+        worker.join(30)
+        until(lambda: len(sink.received) == 2, timeout=20, what="both webhooks")
+    finally:
+        sink.close()
+    assert outputs[0] == ["succeeded {'pages': 1}"]
+    # The stream starts at the task's state when it opens: the executor may be ahead.
+    expected = ["queued", "running", "50% rendering", "succeeded"]
+    assert outputs[1] == expected[len(expected) - len(outputs[1]) :], outputs[1]
+
+    scope: dict[str, Any] = {"signing_secret": tenant["signingSecret"]}
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        exec(receiver, scope)
+        receive = scope["receive"]
+        answers = [receive(headers, body) for headers, body in sink.received]
+        headers, body = sink.received[0]
+        answers.append(receive(headers, body))  # a redelivery: no second "received"
+        answers.append(receive(headers, body.replace(b"succeeded", b"failed")))
+    assert answers == [204, 204, 204, 400]
+    ids = sorted(h["webhook-id"] for h, _ in sink.received)
+    received = sorted(line.split()[2] for line in out.getvalue().splitlines())
+    assert received == ids and out.getvalue().count("task.succeeded") == 2
+
+
+async def test_dedupe_example_runs_as_written(pool: asyncpg.Pool) -> None:
+    (example,) = python_blocks("dedupe")
+    secret = generate_secret()
+    task = task_json("succeeded", 2, result={"pages": 3})
+    body = json.dumps({"type": "task.succeeded", "timestamp": "2026-01-01T00:00:00Z", "data": task})
+    headers = Signer([secret]).headers("evt_1", int(time.time()), body.encode())
+    async with pool.acquire() as conn:
+        await conn.execute(DDL)
+        await conn.execute("CREATE TABLE renders (task_id text, pages int)")
+        scope: dict[str, Any] = {"signing_secret": secret}
+        exec(example, scope)
+        for _ in range(2):  # the same webhook twice: one row
+            await scope["receive"](conn, headers, body.encode())
+        assert await conn.fetch("SELECT * FROM renders") == [("task_a", 3)]

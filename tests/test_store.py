@@ -101,14 +101,25 @@ async def test_attempts_of_a_task_or_of_one_of_its_events(conn: asyncpg.Connecti
 
 
 async def test_an_idempotency_key_stored_twice_is_in_flight(conn: asyncpg.Connection) -> None:
-    task_id = await finished_task(conn, 1, "https://a.example/in")
-    await tasks.idempotency_put(conn, tenant_id=TENANT, key="k", request_hash=b"1", task_id=task_id)
-    with pytest.raises(IdempotencyInFlight):
-        await tasks.idempotency_put(
-            conn, tenant_id=TENANT, key="k", request_hash=b"2", task_id=task_id
+    def submit(task_id: str, request_hash: bytes):
+        return tasks.insert_task(
+            conn,
+            task_id=TaskId(task_id),
+            tenant_id=TENANT,
+            type="t",
+            input=None,
+            callback_url="https://a.example/in",
+            metadata=None,
+            timeout_s=None,
+            idempotency=("k", request_hash),
         )
+
+    first = await submit("task_k1", b"1")
+    with pytest.raises(IdempotencyInFlight):
+        await submit("task_k2", b"2")
     seen = await tasks.idempotency_get(conn, tenant_id=TENANT, key="k")
-    assert seen is not None and seen.request_hash == b"1" and seen.task_id == task_id
+    assert seen is not None and seen.request_hash == b"1" and seen.task == first
+    assert await conn.fetchval("SELECT count(*) FROM tasks WHERE id = 'task_k2'") == 0
 
 
 async def test_gauges(conn: asyncpg.Connection, pool: asyncpg.Pool) -> None:

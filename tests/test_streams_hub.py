@@ -14,6 +14,8 @@ from outbox.tenants import create_tenant
 from service.streams import Change, Reset, StreamHub, TooManyStreams
 from service.streams import hub as hub_module
 
+from .support import purge_changes
+
 pytestmark = pytest.mark.anyio
 HOOK = "http://127.0.0.1:9/hook"
 
@@ -118,7 +120,7 @@ async def test_retention_gap_gives_a_reset(hub, pool, tenant_id) -> None:
     async with pool.acquire() as conn:
         await start_task(conn, task_id)
         await report_progress(conn, task_id, 5)
-        await conn.execute("DELETE FROM task_changes WHERE seq <= 2")
+    await purge_changes(pool, "seq <= 2")
     sub = await hub.open(tenant_id, after=1)
     sub.watch_all()
     reset = await asyncio.wait_for(sub.get(), 10)
@@ -150,7 +152,8 @@ async def test_rollback_pushes_nothing(hub, pool, tenant_id) -> None:
 async def test_lost_listen_reads_again_from_the_log(hub, pool, tenant_id, monkeypatch) -> None:
     sub = await hub.open(tenant_id)
     sub.watch_all()
-    monkeypatch.setattr(hub._listener, "_callback", lambda payload: None)
+    deaf = dict.fromkeys(hub._listener._callbacks, lambda payload: None)
+    monkeypatch.setattr(hub._listener, "_callbacks", deaf)
     task_id = await new_task(pool, tenant_id)
     hub._read_all()  # what the listener calls after reconnecting
     assert (await next_change(sub)).task_id == task_id

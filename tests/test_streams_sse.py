@@ -15,7 +15,7 @@ import pytest
 from service import lifecycle, serving
 from service.app import create_app
 
-from .support import ADMIN, bearer, eventually, free_port
+from .support import ADMIN, bearer, eventually, free_port, purge_changes
 
 pytestmark = pytest.mark.anyio
 HOOK = "http://127.0.0.1:9/hook"
@@ -140,7 +140,7 @@ async def test_task_stream_past_retention_says_so_then_sends_the_current_state(
     task_id = await submit(http, key)
     await admin(http, task_id, "start")
     await admin(http, task_id, "progress", {"percent": 10})
-    await pool.execute("DELETE FROM task_changes WHERE version <= 2")
+    await purge_changes(pool, "version <= 2")
     headers = {**bearer(key), "Last-Event-ID": "1"}
     async with http.stream("GET", f"/v1/tasks/{task_id}/events", headers=headers) as r:
         events = Events(r)
@@ -203,7 +203,7 @@ async def test_tenant_stream_orders_resumes_without_gap_or_duplicate(http, key) 
 async def test_tenant_stream_reset_past_retention(http, key, pool) -> None:
     task_id = await submit(http, key)
     await admin(http, task_id, "start")
-    await pool.execute("DELETE FROM task_changes WHERE seq = 1")
+    await purge_changes(pool, "seq = 1")
     headers = {**bearer(key), "Last-Event-ID": "0"}
     async with http.stream("GET", "/v1/events", headers=headers) as r:
         events = Events(r)

@@ -10,6 +10,8 @@ import pytest
 
 from outbox import complete_task
 from outbox.errors import InvalidTransition
+from outbox.store import changes
+from outbox.sweeper import run as sweeper_run
 from outbox.sweeper import sweep_once, sweeping
 from outbox.tasks import NewTask, create_task
 from outbox.tenants import create_tenant
@@ -70,3 +72,21 @@ async def test_background_sweeper(pool, runtime) -> None:
     status = "SELECT status = 'timed_out' FROM tasks WHERE id=$1"
     async with sweeping(pool, 0.05):
         await eventually(lambda: pool.fetchval(status, tid))
+
+
+async def test_a_sweep_numbers_changes_nobody_announced(pool, runtime) -> None:
+    """A writer that runs in no API process and sends no hint: the sweeper's floor."""
+    (task_id,) = await make(pool, runtime, [None])
+    assert await pool.fetchval("SELECT count(*) FROM task_change_queue") == 1
+    stop = asyncio.Event()
+    run = asyncio.create_task(sweeper_run(pool, 0.05, stop))
+    try:
+        await eventually(
+            lambda: pool.fetchval("SELECT count(*) = 0 FROM task_change_queue"), what="numbered"
+        )
+    finally:
+        stop.set()
+        await run
+    async with pool.acquire() as conn:
+        logged = await changes.task_changes_after(conn, task_id=task_id, version=0, limit=5)
+    assert [c.task.version for c in logged] == [1]

@@ -112,3 +112,21 @@ async def test_many_waiters_share_one_listener(runtime, dsn) -> None:
         assert elapsed < 10
     finally:
         await pool.close()
+
+
+async def test_a_wake_up_for_an_unchanged_task_keeps_waiting(client, tenant, pool) -> None:
+    """A notification is a hint: one naming the task (another process numbering its
+    creation, a reconnect) while it is unchanged does not end the long-poll."""
+    tid = await new_task(client, tenant["apiKey"])
+    await eventually(lambda: client._transport.app.state.watcher.connected)
+    poll = asyncio.create_task(
+        client.get(f"/v1/tasks/{tid}", params={"wait": "10"}, headers=bearer(tenant["apiKey"]))
+    )
+    await eventually(lambda: client._transport.app.state.watcher._waiters.get(tid))
+    await pool.execute("SELECT pg_notify('hookrelay_tasks', $1)", tid)
+    client._transport.app.state.watcher.notify(tid)
+    await asyncio.sleep(0.3)
+    assert not poll.done()
+    await client.post(f"/v1/tasks/{tid}/complete", json={"status": "succeeded"}, headers=ADMIN)
+    r = await asyncio.wait_for(poll, 5)
+    assert r.json()["status"] == "succeeded"

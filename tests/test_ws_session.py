@@ -18,7 +18,7 @@ from outbox import report_progress, start_task
 from outbox.tasks import NewTask, create_task
 from service import ws_messages as msg
 
-from .support import ADMIN, eventually
+from .support import ADMIN, eventually, purge_changes
 from .test_ws import closed_with, new_tenant, recv
 
 pytestmark = pytest.mark.anyio
@@ -288,7 +288,7 @@ async def test_past_the_retained_log_resume_says_reset_and_goes_on(serve_app, po
             await report_progress(conn, task_id, 50)
         # Retention purged all but the last change (seq 3); the task's current state
         # is then read with sequence 0 on a subscribe only if its own change is gone.
-        await pool.execute("DELETE FROM task_changes WHERE tenant_id = $1 AND seq < 3", tenant_id)
+        await purge_changes(pool, "tenant_id = $1 AND seq < 3", tenant_id)
         async with connect(served.ws) as ws:
             await auth(ws, key)
             await send(ws, type="subscribe", all=True)
@@ -300,7 +300,7 @@ async def test_past_the_retained_log_resume_says_reset_and_goes_on(serve_app, po
             assert reset["after"] == 0 and reset["resumeAfter"] == 2
             assert "GET /v1/tasks?updatedAfter=" in reset["message"]
             assert (await recv(ws, "ping"))["sequence"] == 3
-        await pool.execute("DELETE FROM task_changes WHERE tenant_id = $1", tenant_id)
+        await purge_changes(pool, "tenant_id = $1", tenant_id)
         async with connect(served.ws) as ws:
             await auth(ws, key)
             await send(ws, type="subscribe", taskIds=[task_id])

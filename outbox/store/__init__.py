@@ -19,7 +19,8 @@ drivers run on asyncpg, psycopg 3 or SQLAlchemy. One module per area:
 - :mod:`.schema`       the lock that serialises schema changes
 - :mod:`.steps`        statements as values, and the plans written over them
 - :mod:`.drivers`      runs a plan on the caller's connection; asyncpg's driver
-- :mod:`.via_psycopg`, :mod:`.via_sqlalchemy`  the drivers for those libraries (optional extras)
+- :mod:`.via_psycopg`, :mod:`.via_sqlalchemy`  the drivers for those libraries (optional
+  extras); :mod:`.via_sqlalchemy_async` the async SQLAlchemy one (it needs greenlet)
 """
 
 from . import (

@@ -1,7 +1,10 @@
 """The change log the status streams read: a tenant's changes in order, a task's by version.
 
-Rows are written by a trigger on ``tasks`` at commit (see schema.sql), never
-from Python, so every writer records its changes whatever driver it uses.
+A trigger on ``tasks`` queues each change at commit (see schema.sql), never
+from Python, so every writer records its changes whatever driver it uses, and
+no writer waits for another. :func:`number_pending` gives queued changes their
+per-tenant numbers and moves them into the log; the readers below see the log
+only, so a change is readable once it is numbered.
 """
 
 from __future__ import annotations
@@ -14,9 +17,12 @@ import asyncpg
 from .._queries import sql
 from ..models import Task
 
-# The trigger's NOTIFY channel; its payload is "<tenant id> <seq>".
+# The numberer's NOTIFY channel, one notification per batch (parse_changed reads it).
 CHANGES_CHANNEL = "hookrelay_changes"
+# Changes numbered per call of number_changes; more are taken by the next call.
+NUMBER_BATCH = 5000
 
+_NUMBER_CHANGES = sql("number_changes")
 _CHANGES_AFTER = sql("changes_after")
 _TASK_CHANGES_AFTER = sql("task_changes_after")
 _STREAM_POSITION = sql("stream_position")
@@ -37,6 +43,51 @@ class LoggedChange:
 class StreamPosition:
     last_seq: int  # 0 before the tenant's first change
     oldest_seq: int | None  # None when the log holds none of the tenant's changes
+
+
+@dataclass(frozen=True, slots=True)
+class Numbered:
+    """What one numbering gave a tenant: its new last change number, and how many."""
+
+    tenant_id: str
+    last_seq: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Changed:
+    """One line of a ``hookrelay_changes`` notification."""
+
+    tenant_id: str
+    last_seq: int
+    task_ids: tuple[str, ...]
+
+
+async def number_pending(conn: asyncpg.Connection) -> list[Numbered]:
+    """Number every change committed so far; what each tenant got.
+
+    Cheap when nothing waits (one index probe, no lock). Call it after a commit
+    whose changes should reach the streams now, and before a read that must see
+    every change committed before it (a stream's first position, a replay).
+    """
+    numbered: list[Numbered] = []
+    while True:
+        rows = await conn.fetch(_NUMBER_CHANGES, NUMBER_BATCH)
+        numbered += [Numbered(r[0], r[1], r[2]) for r in rows]
+        if sum(r[2] for r in rows) < NUMBER_BATCH:
+            return numbered
+
+
+def parse_changed(payload: str) -> list[Changed] | None:
+    """The lines of a ``hookrelay_changes`` payload; None if it is not one."""
+    changed: list[Changed] = []
+    for line in payload.splitlines():
+        tenant_id, _, rest = line.partition(" ")
+        seq, _, tasks = rest.partition(" ")
+        if not tenant_id or not seq.isdigit():
+            return None
+        changed.append(Changed(tenant_id, int(seq), tuple(tasks.split())))
+    return changed
 
 
 def _changes(rows: list[asyncpg.Record]) -> list[LoggedChange]:

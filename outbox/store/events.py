@@ -17,6 +17,7 @@ TASKS_CHANNEL = "hookrelay_tasks"
 
 _INSERT_OUTBOX = sql("insert_outbox")
 _NOTIFY = sql("notify")
+_NOTIFY_OUTBOX = sql("notify_outbox")
 _REQUEUE_EVENTS = sql("requeue_events")
 _ATTEMPTS = sql("attempts")
 _EVENT_ATTEMPTS = sql("event_attempts")
@@ -80,6 +81,12 @@ async def notify(conn: asyncpg.Connection, *, task_id: str = "") -> None:
     """As :func:`notify_step`, on an asyncpg connection."""
     step = notify_step(task_id=task_id)
     await conn.execute(step.sql, *step.args)
+
+
+async def notify_outbox(conn: asyncpg.Connection) -> None:
+    """Wake every dispatcher now: on a connection outside the transaction that
+    wrote the events, once that has committed."""
+    await conn.execute(_NOTIFY_OUTBOX, OUTBOX_CHANNEL)
 
 
 @dataclass(frozen=True, slots=True)

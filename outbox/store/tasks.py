@@ -16,11 +16,12 @@ import asyncpg
 
 from .._queries import sql
 from ..errors import IdempotencyInFlight
-from ..models import LIVE_STATUSES, EventId, Task, TaskId, TaskStatus, TenantId
+from ..models import LIVE_STATUSES, EventId, Task, TaskId, TaskStatus
 from .events import TASKS_CHANNEL
 from .steps import Step
 
 _INSERT_TASK = sql("insert_task")
+_INSERT_TASK_KEYED = sql("insert_task_keyed")
 _GET_TASK = sql("get_task")
 _LOCK_TASK = sql("lock_task")
 _LIST_TASKS = sql("list_tasks")
@@ -28,7 +29,6 @@ _TRANSITION_TASK = sql("transition_task")
 _CLAIM_OVERDUE_TASKS = sql("claim_overdue_tasks")
 _IDEMPOTENCY_LOCK = sql("idempotency_lock")
 _IDEMPOTENCY_GET = sql("idempotency_get")
-_IDEMPOTENCY_PUT = sql("idempotency_put")
 _REPORT_PROGRESS = sql("report_progress")
 _NOTIFY_TASK = sql("notify_task")
 _CLAIM_SILENT_TASKS = sql("claim_silent_tasks")
@@ -50,20 +50,25 @@ async def insert_task(
     timeout_s: float | None,
     heartbeat_timeout_s: float | None = None,
     on_timeout: Any = None,
+    idempotency: tuple[str, bytes] | None = None,
 ) -> Task:
-    """A new queued task; ``timeout_s`` None means no deadline."""
-    row = await conn.fetchrow(
-        _INSERT_TASK,
-        task_id,
-        tenant_id,
-        type,
-        input,
-        callback_url,
-        metadata,
-        timeout_s,
-        heartbeat_timeout_s,
-        on_timeout,
+    """A new queued task; ``timeout_s`` None means no deadline.
+
+    ``idempotency`` (key, request hash) stores the key with it, in the same
+    statement; :class:`IdempotencyInFlight` if a racing request stored it first.
+    """
+    args = (
+        *(task_id, tenant_id, type, input, callback_url, metadata),
+        *(timeout_s, heartbeat_timeout_s, on_timeout),
     )
+    if idempotency is None:
+        return Task.from_row(await conn.fetchrow(_INSERT_TASK, *args))
+    try:
+        row = await conn.fetchrow(_INSERT_TASK_KEYED, *args, *idempotency)
+    except asyncpg.UniqueViolationError as exc:
+        # The advisory lock makes this unreachable in practice; if two
+        # requests still meet here, the loser must not create a task.
+        raise IdempotencyInFlight(idempotency[0]) from exc
     return Task.from_row(row)
 
 
@@ -138,7 +143,7 @@ async def claim_overdue_tasks(conn: asyncpg.Connection, *, limit: int) -> list[T
 @dataclass(frozen=True, slots=True)
 class IdempotencyRecord:
     request_hash: bytes
-    task_id: TaskId
+    task: Task
 
 
 async def idempotency_lock(conn: asyncpg.Connection, *, tenant_id: str, key: str) -> bool:
@@ -150,24 +155,7 @@ async def idempotency_get(
     conn: asyncpg.Connection, *, tenant_id: str, key: str
 ) -> IdempotencyRecord | None:
     row = await conn.fetchrow(_IDEMPOTENCY_GET, tenant_id, key)
-    return IdempotencyRecord(row["request_hash"], row["task_id"]) if row is not None else None
-
-
-async def idempotency_put(
-    conn: asyncpg.Connection,
-    *,
-    tenant_id: TenantId | str,
-    key: str,
-    request_hash: bytes,
-    task_id: TaskId,
-) -> None:
-    """Remember the key; :class:`IdempotencyInFlight` if a racing request stored it first."""
-    try:
-        await conn.execute(_IDEMPOTENCY_PUT, tenant_id, key, request_hash, task_id)
-    except asyncpg.UniqueViolationError as exc:
-        # The advisory lock makes this unreachable in practice; if two
-        # requests still meet here, the loser must not create a task.
-        raise IdempotencyInFlight(key) from exc
+    return IdempotencyRecord(row["request_hash"], Task.from_row(row)) if row is not None else None
 
 
 def progress_step(

@@ -8,17 +8,20 @@ lazily, and a BEGIN of ours would be committed or lost behind its back), the
 caller's pending ORM changes are flushed first, and the caller commits or rolls
 back everything as usual. With no transaction begun, SQLAlchemy's autobegin
 opens one, which the caller then commits.
+
+The async classes are in :mod:`.via_sqlalchemy_async`, imported only for an async
+connection or session: ``sqlalchemy.ext.asyncio`` needs greenlet (the
+``sqlalchemy[asyncio]`` extra), which sync callers need not install.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 
 from .drivers import AsyncDriver, AsyncpgDriver, SyncDriver, family
@@ -27,7 +30,7 @@ from .steps import Row, Step
 _DIALECTS = "use a postgresql+asyncpg:// or postgresql+psycopg:// engine"
 
 
-def _inner(raw: Any, *, sync: bool) -> Any:
+def inner_driver(raw: Any, *, sync: bool) -> Any:
     kind = family(type(raw))
     if kind == "asyncpg" and not sync:
         return AsyncpgDriver(raw, borrowed=True)
@@ -48,31 +51,6 @@ def lost(exc: Exception, inner: AsyncDriver | SyncDriver | None) -> bool:
     return inner is not None and inner.lost(exc)
 
 
-class AsyncAlchemy:
-    __slots__ = ("inner", "target")
-
-    def __init__(self, target: AsyncConnection | AsyncSession) -> None:
-        self.target = target
-        self.inner: AsyncDriver | None = None
-
-    @asynccontextmanager
-    async def atomic(self) -> AsyncIterator[None]:
-        async with self.target.begin_nested():
-            conn = self.target
-            if isinstance(conn, AsyncSession):
-                conn = await conn.connection()
-            raw = (await conn.get_raw_connection()).driver_connection
-            self.inner = _inner(raw, sync=False)
-            yield
-
-    async def fetch(self, step: Step) -> Row | None:
-        assert self.inner is not None, "fetch runs inside atomic()"
-        return await self.inner.fetch(step)
-
-    def lost(self, exc: Exception) -> bool:
-        return lost(exc, self.inner)
-
-
 class SyncAlchemy:
     __slots__ = ("inner", "target")
 
@@ -86,7 +64,7 @@ class SyncAlchemy:
             conn = self.target
             if isinstance(conn, Session):
                 conn = conn.connection()
-            self.inner = _inner(conn.connection.driver_connection, sync=True)
+            self.inner = inner_driver(conn.connection.driver_connection, sync=True)
             yield
 
     def fetch(self, step: Step) -> Row | None:
@@ -101,4 +79,6 @@ def driver_for(cls: type, *, sync: bool) -> Callable[[Any], Any] | None:
     """The driver class for SQLAlchemy objects of type ``cls``, or None if not one."""
     if sync:
         return SyncAlchemy if issubclass(cls, Connection | Session) else None
+    from .via_sqlalchemy_async import AsyncAlchemy, AsyncConnection, AsyncSession
+
     return AsyncAlchemy if issubclass(cls, AsyncConnection | AsyncSession) else None

@@ -43,7 +43,9 @@ async def submit(request: Request) -> Response:
     async with request.app.state.pool.acquire() as conn:
         task, created = await create_task(conn, tenant_id, spec, idempotency=idem)
     headers = {"Location": f"/v1/tasks/{task.id}"}
-    if not created:
+    if created:
+        request.app.state.signals.committed(task.id)
+    else:
         headers["Idempotent-Replayed"] = "true"
     return task_response(task, 202, headers)
 
@@ -55,6 +57,27 @@ async def _visible_task(request: Request, who: Caller | None = None) -> Task:
         task = await get_task(conn, request.path_params["task_id"], tenant_id=who.tenant_id)
     if task is None:
         raise NotFound("task not found")
+    return task
+
+
+async def _wait_for_change(
+    request: Request, who: Caller, task: Task, changed: asyncio.Event, wait: float
+) -> Task:
+    """The task once it differs from ``task``, or as it is when ``wait`` runs out.
+
+    A wake-up is a hint, not a promise (one notification may name several
+    changes, a reconnect wakes every waiter): the task is read again and the wait
+    goes on while it is unchanged.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    while (left := deadline - loop.time()) > 0:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait(), left)
+        changed.clear()
+        now = await _visible_task(request, who)
+        if now.etag != task.etag or request.app.state.watcher.released:
+            return now
     return task
 
 
@@ -74,9 +97,7 @@ async def show(request: Request) -> Response:
         with request.app.state.watcher.watch(request.path_params["task_id"]) as changed:
             task = await _visible_task(request, who)
             if not task.terminal and (if_none_match is None or _matches(task, if_none_match)):
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), wait)
-                task = await _visible_task(request, who)
+                task = await _wait_for_change(request, who, task, changed, wait)
     else:
         task = await _visible_task(request)
     if _matches(task, if_none_match):
@@ -108,9 +129,13 @@ async def index(request: Request) -> Response:
     return Response(body, media_type="application/json")
 
 
+# The API's own writes send no NOTIFY in their transaction (``notify=False``):
+# ``_apply`` signals after the commit instead (service/signals.py says why).
+
+
 async def start(request: Request) -> Response:
     await require_admin(request)
-    return await _apply(request, lambda conn, tid: transitions.start_task(conn, tid))
+    return await _apply(request, lambda conn, tid: transitions.start_task(conn, tid, notify=False))
 
 
 async def complete(request: Request) -> Response:
@@ -118,7 +143,7 @@ async def complete(request: Request) -> Response:
     status, result, error = validation.completion(await read_json(request))
     return await _apply(
         request,
-        lambda conn, tid: transitions.complete_task(conn, tid, status, result, error),
+        lambda conn, tid: transitions.complete_task(conn, tid, status, result, error, notify=False),
     )
 
 
@@ -126,7 +151,10 @@ async def progress(request: Request) -> Response:
     await require_admin(request)
     percent, message = validation.progress(await read_json(request))
     return await _apply(
-        request, lambda conn, tid: outbox_progress.report_progress(conn, tid, percent, message)
+        request,
+        lambda conn, tid: outbox_progress.report_progress(
+            conn, tid, percent, message, notify=False
+        ),
     )
 
 
@@ -134,13 +162,15 @@ async def cancel(request: Request) -> Response:
     who = await caller(request)
     await read_json(request, required=False)
     return await _apply(
-        request, lambda conn, tid: transitions.cancel_task(conn, tid, tenant_id=who.tenant_id)
+        request,
+        lambda conn, tid: transitions.cancel_task(conn, tid, tenant_id=who.tenant_id, notify=False),
     )
 
 
 async def _apply(request: Request, change: Change) -> Response:
     async with request.app.state.pool.acquire() as conn:
         task = await change(conn, request.path_params["task_id"])
+    request.app.state.signals.committed(task.id, event=task.terminal)
     return task_response(task)
 
 

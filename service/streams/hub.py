@@ -1,12 +1,15 @@
 """The stream hub: one LISTEN per process fans every tenant's changes out to its subscribers.
 
-The trigger on ``tasks`` logs each change at commit and NOTIFYs
-``hookrelay_changes`` with the tenant and number. For a tenant with
-subscribers, the hub reads everything after what it last read in one query
-(notifications arriving meanwhile coalesce into the next read), renders each
-change once and hands the same object to every subscriber. No client holds a
-database connection or a thread; a pool connection is taken per read. The log
-is durable, so a lost LISTEN only means reading again from the last position.
+The trigger on ``tasks`` queues each change at commit; the hub numbers what is
+queued (:meth:`StreamHub.number_soon`: after this process's own commits, on a
+writer's ``hookrelay_tasks`` hint, after any gap), which moves it into the log
+and sends one ``hookrelay_changes`` notification per batch naming each tenant's
+new last number. For a tenant with subscribers, the hub reads everything after
+what it last read in one query (notifications arriving meanwhile coalesce into
+the next read), renders each change once and hands the same object to every
+subscriber. No client holds a database connection or a thread; a pool
+connection is taken per read. The log is durable, so a lost LISTEN only means
+numbering and reading again from the last position.
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from dataclasses import dataclass, field
 import asyncpg
 
 from outbox.listener import Listener
-from outbox.store import CHANGES_CHANNEL, changes
+from outbox.store import CHANGES_CHANNEL, TASKS_CHANNEL, changes
 
+from ..coalesce import Coalesced
 from ..errors import ApiError, ServiceUnavailable
 from .changes import Change, Reset
 from .subscription import Subscription
@@ -29,6 +33,12 @@ from .subscription import Subscription
 log = logging.getLogger("hookrelay.streams")
 PAGE = 500  # changes per read of the log
 RETRY_S = 1.0  # after a failed read
+# While it has subscribers, the hub numbers what is queued this often even unasked:
+# the floor for writers that neither run in an API process nor send a hint.
+TICK_S = 1.0
+# Commits that arrive within this long of each other are numbered together: at
+# thousands of writes a second, one numbering per few writes, not one each.
+NUMBER_GATHER_S = 0.002
 
 
 class TooManyStreams(ApiError):
@@ -58,13 +68,27 @@ class StreamHub:
         self._tenants: dict[str, _Tenant] = {}
         self._pool: asyncpg.Pool | None = None
         self._closing = False
+        self._numbering = Coalesced(
+            self._number, name="hookrelay-stream-number", gather_s=NUMBER_GATHER_S
+        )
+        self._ticking: asyncio.Task[None] | None = None
         self._listener = Listener(
-            dsn, CHANGES_CHANNEL, self._notified, on_gap=self._read_all, name="hookrelay-streams"
+            dsn,
+            {CHANGES_CHANNEL: self._notified, TASKS_CHANNEL: lambda _: self.number_soon()},
+            on_gap=self._read_all,
+            name="hookrelay-streams",
         )
 
     async def start(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
         await self._listener.start()
+        self._ticking = asyncio.create_task(self._tick(), name="hookrelay-stream-tick")
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            if self._tenants:
+                self.number_soon()
 
     def end_all(self) -> None:
         """End every subscription (reason ``shutdown``) and refuse new ones: shutdown began."""
@@ -76,6 +100,11 @@ class StreamHub:
     async def stop(self) -> None:
         self.end_all()
         await self._listener.stop()
+        await self._numbering.stop()
+        if self._ticking is not None:
+            self._ticking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticking
         for tenant in list(self._tenants.values()):
             if tenant.reading is not None:
                 tenant.reading.cancel()
@@ -99,6 +128,9 @@ class StreamHub:
         tenant = self._tenants.get(tenant_id)
         if tenant is None:
             async with self._pool_().acquire() as conn:
+                # Every change committed before this open gets its number first,
+                # so "from now on" starts after all of them.
+                await changes.number_pending(conn)
                 position = await changes.stream_position(conn, tenant_id=tenant_id)
             tenant = self._tenants.get(tenant_id)  # another open may have come first
             if tenant is None:
@@ -183,14 +215,40 @@ class StreamHub:
             raise RuntimeError("StreamHub.start() was not called")
         return self._pool
 
-    def _notified(self, payload: str) -> None:
-        tenant_id, _, seq = payload.rpartition(" ")
+    def number_soon(self) -> None:
+        """Changes were committed: number them now, then hand them out.
+
+        Calls made while a numbering runs share the next one, so a burst of
+        commits costs one or two numberings, not one each.
+        """
+        if self._pool is not None:
+            self._numbering.poke()
+
+    async def _number(self) -> None:
+        # A failure is retried by Coalesced; the queue keeps the changes meanwhile.
+        async with self._pool_().acquire() as conn:
+            numbered = await changes.number_pending(conn)
+        # This process's subscribers need not wait for the NOTIFY to come back.
+        for n in numbered:
+            self._advanced(n.tenant_id, n.last_seq)
+
+    def _advanced(self, tenant_id: str, last_seq: int) -> None:
         tenant = self._tenants.get(tenant_id)
-        if tenant is not None and (not seq.isdigit() or int(seq) > tenant.last_read):
+        if tenant is not None and last_seq > tenant.last_read:
             self._schedule(tenant)
 
+    def _notified(self, payload: str) -> None:
+        changed = changes.parse_changed(payload)
+        if changed is None:  # not ours to parse: look at every tenant
+            for tenant in self._tenants.values():
+                self._schedule(tenant)
+            return
+        for c in changed:
+            self._advanced(c.tenant_id, c.last_seq)
+
     def _read_all(self) -> None:
-        # Notifications may have been missed: the log has every change anyway.
+        # Notifications may have been missed: the queue and the log have every change.
+        self.number_soon()
         for tenant in self._tenants.values():
             self._schedule(tenant)
 

@@ -1,0 +1,168 @@
+"""The regression guard: the hot paths as ratios to their limits, against the recorded ones.
+
+At most a minute, default settings. Each figure is a ratio against a baseline measured
+in the same run, so a busy machine moves both:
+
+- submit and complete through one ``hookrelay api`` ÷ a bare INSERT (bench writepath);
+- a bare POST's p50 ÷ complete→receipt p50 at 200/s through ``hookrelay serve``
+  (bench receipt: higher is better, 1.0 would be no cost at all);
+- one dispatcher's drain of one host ÷ a bare aiohttp client, and the bare client's
+  CPU per POST ÷ the dispatcher's CPU per delivery (bench sched).
+
+Each ratio is compared with the one recorded in BENCHMARKS.md (section "quick");
+the run exits 1 when any falls more than 25 % below it. ``--record`` writes this
+run's ratios there as the new reference. Run it before resolving anything that
+touches SQL, migrations, triggers, routes or the dispatcher (CONTRIBUTING.md).
+
+    python -m bench quick [--record]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import asyncpg
+
+from outbox.crypto import SecretBox
+from outbox.dispatcher import DispatcherConfig
+from outbox.tenants import create_tenant
+
+from . import common
+from .api import load
+from .common import ReceiverProcess, fresh_database, record, server_dsn
+from .e2e import bare_client_limit, fill
+from .procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
+from .receipt import bare, through_hookrelay
+from .sched import drain_counted, own_cpu_s
+from .writepath import BARE_INSERT, BARE_TABLE, SUBMIT, seed_tasks, sql_rate
+
+SECTION = "quick: the regression guard"
+TOLERANCE = 0.25  # a ratio may fall this far below the recorded one
+DRAIN_EVENTS = 6000
+NAMES = {
+    "submit": "submit ÷ bare INSERT",
+    "complete": "complete ÷ bare INSERT",
+    "receipt": "bare POST p50 ÷ complete→receipt p50 at 200/s (`serve`)",
+    "drain": "one-host drain ÷ bare client",
+    "drain_cpu": "bare client CPU per POST ÷ dispatcher CPU per delivery",
+}
+
+
+async def write_path(seconds: float) -> dict[str, float]:
+    dsn = await fresh_database(server_dsn())
+    key = master_key()
+    conn = await asyncpg.connect(dsn)
+    try:
+        tenant = await create_tenant(conn, "quick", SecretBox(base64.urlsafe_b64decode(key)))
+        await conn.execute(BARE_TABLE)
+    finally:
+        await conn.close()
+    ceiling = (await sql_rate(dsn, BARE_INSERT, [tenant.id], 20, seconds)).per_s
+    task_ids = await seed_tasks(dsn, [tenant.id], int(6000 * (seconds + 1.5)))
+    paths = Path(tempfile.mkdtemp()) / "complete.txt"
+    paths.write_text("".join(f"/{t}/complete\n" for t in task_ids))
+    port = free_port()
+    api = subprocess.Popen(
+        hookrelay("api"), env=service_env(dsn, key, host="127.0.0.1", port=port), cwd=ROOT
+    )
+    try:
+        wait_for_port(port, api)
+        url = f"http://127.0.0.1:{port}/v1/tasks"
+        json_header = {"Content-Type": "application/json"}
+        submit = load(
+            url,
+            method="POST",
+            body=json.dumps(SUBMIT),
+            headers={**json_header, "Authorization": f"Bearer {tenant.api_key}"},
+            seconds=seconds,
+            concurrency=20,
+        )
+        complete = load(
+            url,
+            method="POST",
+            body=json.dumps({"status": "succeeded"}),
+            headers={**json_header, "Authorization": "Bearer bench"},
+            paths=str(paths),
+            seconds=seconds,
+            concurrency=20,
+        )
+    finally:
+        api.terminate()
+        api.wait(30)
+    return {"submit": submit["rps"] / ceiling, "complete": complete["rps"] / ceiling}
+
+
+async def receipt(seconds: float) -> dict[str, float]:
+    floor = bare(200, seconds)
+    got = await through_hookrelay("serve", 200, seconds)
+    return {"receipt": floor.p50 / got.p50}
+
+
+async def drain() -> dict[str, float]:
+    server, key = server_dsn(), master_key()
+    rx = ReceiverProcess()
+    try:
+        dsn = await fresh_database(server)
+        body = await fill(dsn, SecretBox(base64.urlsafe_b64decode(key)), rx.url, DRAIN_EVENTS)
+        cpu0 = own_cpu_s()
+        limit = await bare_client_limit(rx.url, body, DRAIN_EVENTS, PER_HOST)
+        bare_cpu = (own_cpu_s() - cpu0) / DRAIN_EVENTS
+        rate, _, cpu = await drain_counted(
+            dsn, service_env(dsn, key, log_level="INFO"), DRAIN_EVENTS
+        )
+    finally:
+        rx.stop()
+    return {"drain": rate / limit, "drain_cpu": bare_cpu / cpu}
+
+
+PER_HOST = DispatcherConfig.per_host_concurrency
+
+
+def recorded() -> dict[str, float]:
+    """The ratios of the last ``--record``, by key (empty if none yet)."""
+    path = ROOT / "BENCHMARKS.md"
+    text = path.read_text() if path.exists() else ""
+    marker = f"<!-- {SECTION} -->"
+    if marker not in text:
+        return {}
+    block = text[text.index(marker) : text.index(f"{marker}-end")]
+    found = {}
+    for key, name in NAMES.items():
+        m = re.search(rf"^\| {re.escape(name)} \| ([0-9.]+) \|", block, re.MULTILINE)
+        if m:
+            found[key] = float(m.group(1))
+    return found
+
+
+async def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--seconds", type=float, default=3)
+    args = p.parse_args()
+    before = recorded()
+    ratios = await write_path(args.seconds)
+    ratios |= await receipt(args.seconds)
+    ratios |= await drain()
+    lines = ["| figure | ratio | recorded | change |", "|---|---|---|---|"]
+    fell = []
+    for key, name in NAMES.items():
+        ref = before.get(key)
+        change = "" if ref is None else f"{ratios[key] / ref - 1:+.0%}"
+        if ref is not None and ratios[key] < ref * (1 - TOLERANCE):
+            fell.append(name)
+            change += " **fell**"
+        lines.append(f"| {name} | {ratios[key]:.3f} | {'' if ref is None else ref} | {change} |")
+    table = "\n".join(lines) + "\n"
+    print(table)
+    if common.RECORDING:
+        record(SECTION, "python -m bench quick", table.replace(" **fell**", ""))
+    if fell:
+        print(f"fell more than {TOLERANCE:.0%} below the recorded ratio: {', '.join(fell)}")
+        sys.exit(1)
+    print(f"every ratio within {TOLERANCE:.0%} of the recorded one" if before else "")

@@ -1,0 +1,198 @@
+"""Complete→receipt through the API at a steady rate: ``serve``, and ``api`` + ``dispatch``.
+
+Tasks are queued first (in bulk, not timed). Then a load generator process
+(bench/_rategen.py, an open loop) calls ``POST /v1/tasks/{id}/complete`` at
+``--rate`` a second, and a receiver process (bench/_receiver.py) stamps each
+webhook's arrival against the completion time in its body. The baseline, in the
+same run, is the same generator POSTing straight to a receiver at the same rate,
+with its send time in the body: the floor for a request to cross the machine.
+Every process shares the same two cores; all run at default settings.
+
+    python -m bench receipt [--rates 200,1000] [--seconds 10] [--modes serve,split]
+
+``serve`` is the one command users start; ``split`` is ``hookrelay api`` and
+``hookrelay dispatch`` as two processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from outbox import ids
+from outbox.crypto import SecretBox
+from outbox.tenants import create_tenant
+
+from .common import ReceiverProcess, fresh_database, percentile, record, server_dsn
+from .procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
+from .sched import cpu_s
+
+WARM = 50  # completions first, unmeasured: connections open, caches warm
+
+
+@dataclass(frozen=True)
+class Latency:
+    p50: float
+    p99: float
+    max: float
+    delivered: int
+    offered: float
+    cpu_us: float = float("nan")  # hookrelay's processes, CPU per completion
+    sent: int = 0  # requests answered 2xx (completions, or bare POSTs)
+
+    def row(self) -> str:
+        return f"{self.p50:.1f} / {self.p99:.1f} / {self.max:.1f}"
+
+
+def rategen(url: str, rate: float, seconds: float, *extra: str) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "bench._rategen", url, "--rate", str(rate)]
+    cmd += ["--seconds", str(seconds), *extra]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT).stdout
+    result: dict[str, Any] = json.loads(out)
+    return result
+
+
+def of(
+    stats: dict[str, Any], offered: float, cpu_us: float = float("nan"), sent: int = 0
+) -> Latency:
+    lat = list(stats["latencies_ms"])
+    return Latency(
+        percentile(lat, 0.5),
+        percentile(lat, 0.99),
+        max(lat, default=float("nan")),
+        len(lat),
+        offered,
+        cpu_us,
+        sent or len(lat),
+    )
+
+
+def bare(rate: float, seconds: float) -> Latency:
+    """A bare POST to a receiver at ``rate``: its send→receipt."""
+    rx = ReceiverProcess()
+    try:
+        got = rategen(rx.url, rate, seconds, "--stamp")
+    finally:
+        stats = rx.stop()
+    return of(stats, got["offered_per_s"])
+
+
+async def seed(dsn: str, tenant_id: str, url: str, n: int) -> list[str]:
+    task_ids = [ids.task_id() for _ in range(n)]
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.copy_records_to_table(
+            "tasks",
+            records=[(t, tenant_id, "bench", url) for t in task_ids],
+            columns=["id", "tenant_id", "type", "callback_url"],
+        )
+    finally:
+        await conn.close()
+    return task_ids
+
+
+async def delivered(dsn: str, n: int, timeout: float) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got = await conn.fetchval(
+                "SELECT count(*) FROM tasks WHERE delivery_status = 'delivered'"
+            )
+            if got >= n:
+                return
+            await asyncio.sleep(0.2)
+    finally:
+        await conn.close()
+
+
+async def through_hookrelay(mode: str, rate: float, seconds: float) -> Latency:
+    dsn = await fresh_database(server_dsn())
+    key = master_key()
+    conn = await asyncpg.connect(dsn)
+    try:
+        tenant = await create_tenant(conn, "bench", SecretBox(base64.urlsafe_b64decode(key)))
+    finally:
+        await conn.close()
+    rx = ReceiverProcess()
+    n = int(rate * seconds)
+    warm = await seed(dsn, tenant.id, rx.url + "?warm=1", WARM)
+    task_ids = await seed(dsn, tenant.id, rx.url, n)
+    work = Path(tempfile.mkdtemp())
+    paths = work / "complete.txt"
+    paths.write_text("".join(f"/{t}/complete\n" for t in task_ids))
+    warm_paths = work / "warm.txt"
+    warm_paths.write_text("".join(f"/{t}/complete\n" for t in warm))
+    port = free_port()
+    env = service_env(dsn, key, host="127.0.0.1", port=port)
+    procs = [subprocess.Popen(hookrelay("serve" if mode == "serve" else "api"), env=env, cwd=ROOT)]
+    if mode == "split":
+        procs.append(subprocess.Popen(hookrelay("dispatch"), env=env, cwd=ROOT))
+    try:
+        wait_for_port(port, procs[0])
+        url = f"http://127.0.0.1:{port}/v1/tasks"
+        done = json.dumps({"status": "succeeded", "result": {"ok": True}})
+        common = ["--body", done, "--header", "Authorization:Bearer bench"]
+        rategen(url, 100, WARM / 100, "--paths", str(warm_paths), *common)
+        await delivered(dsn, WARM, 60)
+        cpu0 = sum(cpu_s(p.pid) for p in procs)
+        got = rategen(url, rate, seconds, "--paths", str(paths), *common)
+        answered = got["statuses"].get("200", 0)
+        if answered != n or got["errors"]:
+            print(f"completions: {got['statuses']}, {got['errors']} errors", file=sys.stderr)
+        await delivered(dsn, WARM + answered, 120)
+        cpu = (sum(cpu_s(p.pid) for p in procs) - cpu0) / n
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(60)
+        stats = rx.stop()
+    return of(stats, got["offered_per_s"], cpu * 1e6, answered)
+
+
+async def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--rates", default="200,1000")
+    p.add_argument("--seconds", type=float, default=10)
+    p.add_argument("--modes", default="serve,split")
+    args = p.parse_args()
+    rates = [float(r) for r in args.rates.split(",")]
+    modes = args.modes.split(",")
+    lines = [
+        "| rate offered | what | delivered | p50 / p99 / max ms | CPU per completion, µs |",
+        "|---|---|---|---|---|",
+    ]
+    for rate in rates:
+        base = bare(rate, args.seconds)
+        lines.append(
+            f"| {rate:,.0f}/s ({base.offered:,.0f}) | bare POST to the receiver | "
+            f"{base.delivered:,} | {base.row()} | |"
+        )
+        for mode in modes:
+            got = await through_hookrelay(mode, rate, args.seconds)
+            what = "`serve`" if mode == "serve" else "`api` + `dispatch`"
+            lines.append(
+                f"| {rate:,.0f}/s ({got.offered:,.0f}) | {what} | {got.delivered:,} of "
+                f"{got.sent:,} | {got.row()} | {got.cpu_us:,.0f} |"
+            )
+            print(lines[-1], flush=True)
+    table = "\n".join(lines) + "\n"
+    print(table)
+    record(
+        "receipt: complete→receipt through the API",
+        f"python -m bench receipt --rates {args.rates} --seconds {args.seconds:g} "
+        f"--modes {args.modes}",
+        table,
+    )

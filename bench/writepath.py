@@ -1,0 +1,256 @@
+"""The write path: submit and complete through one ``hookrelay api`` against a bare INSERT.
+
+The ceiling, measured in the same run on the same server, is a single-statement
+autocommit INSERT of a task-sized row into a table with no trigger and no index but
+its key, from ``--clients`` asyncpg connections: what the database itself commits.
+Then, from a load generator process with the same number of clients:
+``POST /v1/tasks`` and ``POST /v1/tasks/{id}/complete`` against one ``hookrelay api``
+(default settings), for one tenant and for ``--tenants`` tenants. Also, as a
+diagnosis, the same INSERT into ``tasks`` (with its indexes and change-log trigger)
+from SQL alone.
+
+    python -m bench writepath [--seconds 5] [--clients 20] [--tenants 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from outbox import ids
+from outbox.crypto import SecretBox
+from outbox.tenants import create_tenant
+
+from .api import load
+from .common import fresh_database, record, server_dsn
+from .procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
+from .sched import cpu_s
+
+HOOK = "http://127.0.0.1:9/hook"
+SUBMIT = {"type": "bench", "callbackUrl": HOOK, "input": {"n": 1}}
+INPUT = json.dumps(SUBMIT["input"])
+BARE_TABLE = """
+CREATE TABLE bench_bare (LIKE tasks INCLUDING DEFAULTS);
+ALTER TABLE bench_bare ADD PRIMARY KEY (id);
+"""
+BARE_INSERT = (
+    "INSERT INTO bench_bare (id, tenant_id, type, input, callback_url) VALUES ($1, $2, $3, $4, $5)"
+)
+TASK_INSERT = (
+    "INSERT INTO tasks (id, tenant_id, type, input, callback_url) VALUES ($1, $2, $3, $4, $5)"
+)
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    per_s: float
+    p50_ms: float = float("nan")
+    p99_ms: float = float("nan")
+    bad: int = 0
+    cpu_us: float = float("nan")  # the API process's CPU per request
+
+
+async def sql_rate(
+    dsn: str, statement: str, tenants: list[str], clients: int, seconds: float
+) -> Figure:
+    """``statement`` (an INSERT of one row) in autocommit from ``clients`` connections."""
+    conns = [await asyncpg.connect(dsn) for _ in range(clients)]
+    done = 0
+    stop_at = 0.0
+
+    async def one(i: int, conn: asyncpg.Connection) -> None:
+        nonlocal done
+        n = 0
+        while time.perf_counter() < stop_at:
+            tenant = tenants[(i + n) % len(tenants)]
+            await conn.execute(statement, ids.task_id(), tenant, "bench", INPUT, HOOK)
+            n += 1
+        done += n
+
+    try:
+        stop_at = time.perf_counter() + 0.5  # warm up: plans cached, pages in memory
+        await asyncio.gather(*(one(i, c) for i, c in enumerate(conns)))
+        done = 0
+        t0 = time.perf_counter()
+        stop_at = t0 + seconds
+        await asyncio.gather(*(one(i, c) for i, c in enumerate(conns)))
+        return Figure(statement.split(" (")[0], done / (time.perf_counter() - t0))
+    finally:
+        for c in conns:
+            await c.close()
+
+
+async def seed_tasks(dsn: str, tenants: list[str], n: int) -> list[str]:
+    """``n`` queued tasks spread over ``tenants``, inserted in bulk; their ids."""
+    task_ids = [ids.task_id() for _ in range(n)]
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.copy_records_to_table(
+            "tasks",
+            records=[(t, tenants[i % len(tenants)], "bench", HOOK) for i, t in enumerate(task_ids)],
+            columns=["id", "tenant_id", "type", "callback_url"],
+        )
+    finally:
+        await conn.close()
+    return task_ids
+
+
+def http_figure(name: str, row: dict[str, Any], cpu_s: float) -> Figure:
+    bad = sum(n for s, n in row["statuses"].items() if not str(s).startswith("2"))
+    answered = row["requests"] + row.get("warmup_requests", 0)
+    cpu_us = cpu_s / answered * 1e6 if answered else float("nan")
+    return Figure(name, row["rps"], row["p50_ms"], row["p99_ms"], bad + int(row["errors"]), cpu_us)
+
+
+async def measure(
+    *, seconds: float, clients: int, tenant_count: int, only_submit: bool = False
+) -> dict[str, Figure]:
+    """Every figure of the write path, from one fresh database and one ``hookrelay api``."""
+    dsn = await fresh_database(server_dsn())
+    key = master_key()
+    box = SecretBox(base64.urlsafe_b64decode(key))
+    conn = await asyncpg.connect(dsn)
+    try:
+        made = [await create_tenant(conn, f"t{i}", box) for i in range(tenant_count)]
+        await conn.execute(BARE_TABLE)
+    finally:
+        await conn.close()
+    tenants = [t.id for t in made]
+    figures: dict[str, Figure] = {}
+    figures["bare"] = await sql_rate(dsn, BARE_INSERT, tenants[:1], clients, seconds)
+    figures["sql_one"] = await sql_rate(dsn, TASK_INSERT, tenants[:1], clients, seconds)
+    work = Path(tempfile.mkdtemp())
+    auths = {}
+    for label, subset in (("one", made[:1]), ("many", made)):
+        auths[label] = work / f"auths-{label}.txt"
+        auths[label].write_text("".join(f"Bearer {t.api_key}\n" for t in subset))
+    # Enough queued tasks that no complete finds its task finished: the fastest
+    # complete rate seen here, for the warm-up and the run, with room to spare.
+    per_run = int(6000 * (seconds + 1.5))
+    paths = {}
+    if not only_submit:
+        for label, ids_of in (("one", tenants[:1]), ("many", tenants)):
+            task_ids = await seed_tasks(dsn, ids_of, per_run)
+            paths[label] = work / f"complete-{label}.txt"
+            paths[label].write_text("".join(f"/{t}/complete\n" for t in task_ids))
+    # One uvicorn process's own limit: a trivial route, same settings, same clients.
+    trivial_port = free_port()
+    trivial = subprocess.Popen(
+        [sys.executable, "-m", "bench._trivial_app", str(trivial_port)], cwd=ROOT
+    )
+    try:
+        wait_for_port(trivial_port, trivial)
+        cpu0 = cpu_s(trivial.pid)
+        row = load(
+            f"http://127.0.0.1:{trivial_port}/hello",
+            method="POST",
+            body=json.dumps(SUBMIT),
+            headers={"Content-Type": "application/json"},
+            seconds=seconds,
+            concurrency=clients,
+        )
+        figures["trivial"] = http_figure("trivial", row, cpu_s(trivial.pid) - cpu0)
+    finally:
+        trivial.terminate()
+        trivial.wait(30)
+    port = free_port()
+    api = subprocess.Popen(
+        hookrelay("api"), env=service_env(dsn, key, host="127.0.0.1", port=port), cwd=ROOT
+    )
+    try:
+        wait_for_port(port, api)
+        base = f"http://127.0.0.1:{port}/v1/tasks"
+        common: dict[str, Any] = {"seconds": seconds, "concurrency": clients}
+        json_header = {"Content-Type": "application/json"}
+        for label in ("one", "many"):
+            cpu0 = cpu_s(api.pid)
+            row = load(
+                base,
+                method="POST",
+                body=json.dumps(SUBMIT),
+                headers=json_header,
+                auths=str(auths[label]),
+                **common,
+            )
+            cpu = cpu_s(api.pid) - cpu0
+            figures[f"submit_{label}"] = http_figure(f"submit {label}", row, cpu)
+            if only_submit:
+                break
+        if not only_submit:
+            done = json.dumps({"status": "succeeded", "result": {"ok": True}})
+            for label in ("one", "many"):
+                cpu0 = cpu_s(api.pid)
+                row = load(
+                    base,
+                    method="POST",
+                    body=done,
+                    headers={**json_header, "Authorization": "Bearer bench"},
+                    paths=str(paths[label]),
+                    **common,
+                )
+                cpu = cpu_s(api.pid) - cpu0
+                figures[f"complete_{label}"] = http_figure(f"complete {label}", row, cpu)
+    finally:
+        api.terminate()
+        api.wait(30)
+    return figures
+
+
+async def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--seconds", type=float, default=5)
+    p.add_argument("--clients", type=int, default=20)
+    p.add_argument("--tenants", type=int, default=20)
+    args = p.parse_args()
+    f = await measure(seconds=args.seconds, clients=args.clients, tenant_count=args.tenants)
+    ceiling = f["bare"].per_s
+    rows = [
+        ("bare INSERT, autocommit (the ceiling)", f["bare"]),
+        ("INSERT INTO tasks, SQL only, one tenant", f["sql_one"]),
+        ("POST to a trivial Starlette route (one process's HTTP limit)", f["trivial"]),
+        ("`POST /v1/tasks`, one tenant", f["submit_one"]),
+        (f"`POST /v1/tasks`, {args.tenants} tenants", f["submit_many"]),
+        ("`POST /v1/tasks/{id}/complete`, one tenant", f["complete_one"]),
+        (f"`POST /v1/tasks/{{id}}/complete`, {args.tenants} tenants", f["complete_many"]),
+    ]
+    lines = [
+        f"{args.clients} clients; one `hookrelay api` at default settings",
+        "",
+        "| what | per s | × ceiling | p50 ms | p99 ms | API CPU per request, µs | non-2xx |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, fig in rows:
+        lat = "" if fig.p50_ms != fig.p50_ms else f"{fig.p50_ms:.1f}"
+        tail = "" if fig.p99_ms != fig.p99_ms else f"{fig.p99_ms:.1f}"
+        ratio = fig.per_s / ceiling
+        cpu = "" if fig.cpu_us != fig.cpu_us else f"{fig.cpu_us:,.0f}"
+        lines.append(
+            f"| {name} | {fig.per_s:,.0f} | {ratio:.2f} | {lat} | {tail} | {cpu} | {fig.bad} |"
+        )
+    lines += [
+        "",
+        f"one tenant ÷ {args.tenants} tenants: submit "
+        f"{f['submit_one'].per_s / f['submit_many'].per_s:.2f}, complete "
+        f"{f['complete_one'].per_s / f['complete_many'].per_s:.2f}",
+        "",
+    ]
+    table = "\n".join(lines)
+    print(table)
+    record(
+        "writepath: submit and complete against a bare INSERT",
+        f"python -m bench writepath --seconds {args.seconds:g} --clients {args.clients} "
+        f"--tenants {args.tenants}",
+        table,
+    )

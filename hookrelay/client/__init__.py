@@ -1,0 +1,56 @@
+"""A client for hookrelay's HTTP API: ``Client`` (blocking) and ``AsyncClient`` (``await``).
+
+::
+
+    from hookrelay.client import Client
+
+    with Client("https://hookrelay.example.com", api_key) as hookrelay:
+        task = hookrelay.submit("render", input={"page": 1}, callback_url=url)
+        done = hookrelay.wait(task.id, timeout=60)
+
+Needs only httpx, tenacity and cryptography: it never imports the service. Errors are
+one tree (:mod:`hookrelay.client.errors`); retries and backoff are described in
+:mod:`hookrelay.client.retry` and :mod:`hookrelay.client.backoff`.
+"""
+
+from ..models import Attempt, Delivery, Progress, Task, TaskStatus, TerminalStatus, TestEvent
+from .aio import AsyncClient
+from .errors import (
+    ApiError,
+    Conflict,
+    Forbidden,
+    HookrelayError,
+    InvalidRequest,
+    NotFound,
+    RateLimited,
+    ServerError,
+    TransportError,
+    Unauthorized,
+    WaitTimeout,
+)
+from .following import TaskEvent
+from .sync import Client
+
+__all__ = [
+    "ApiError",
+    "AsyncClient",
+    "Attempt",
+    "Client",
+    "Conflict",
+    "Delivery",
+    "Forbidden",
+    "HookrelayError",
+    "InvalidRequest",
+    "NotFound",
+    "Progress",
+    "RateLimited",
+    "ServerError",
+    "Task",
+    "TaskEvent",
+    "TaskStatus",
+    "TerminalStatus",
+    "TestEvent",
+    "TransportError",
+    "Unauthorized",
+    "WaitTimeout",
+]

@@ -1,0 +1,164 @@
+"""``Client``: the API with blocking calls (httpx.Client), for scripts, workers and threads."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import httpx
+
+from ..models import Attempt, Task, TaskStatus, TerminalStatus, TestEvent
+from . import calls, following, retry, waiting
+from .backoff import SyncClock, SystemClock
+from .base import Settings
+from .sync_driver import SyncDriver
+
+
+class Client:
+    """hookrelay's API for one tenant (``api_key``) and/or an executor (``admin_token``).
+
+    Use it as a context manager, or call :meth:`close`. Every method documents what it
+    does when the connection is lost.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        *,
+        admin_token: str | None = None,
+        timeout: float = 10.0,
+        attempts: int = retry.DEFAULT_ATTEMPTS,
+        transport: httpx.BaseTransport | None = None,
+        clock: SyncClock | None = None,
+    ) -> None:
+        settings = Settings(api_key, admin_token, timeout, attempts)
+        self._http = httpx.Client(base_url=base_url, timeout=timeout, transport=transport)
+        self._clock: SyncClock = clock or SystemClock()
+        self._driver = SyncDriver(self._http, settings, self._clock)
+        self._cache = calls.TaskCache()
+
+    def __repr__(self) -> str:
+        return f"Client({str(self._http.base_url)!r})"  # never the credentials
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    # -- partner ----------------------------------------------------------------------
+
+    def submit(
+        self,
+        type: str,
+        *,
+        callback_url: str,
+        input: Any = None,
+        idempotency_key: str | None = None,
+        metadata: Any = None,
+        timeout_seconds: float | None = None,
+        heartbeat_timeout_seconds: float | None = None,
+        on_timeout: Any = None,
+    ) -> Task:
+        """Submit a task. Lost answer: sent again with the same Idempotency-Key (one
+        generated when none is given), so the server answers with the task it made."""
+        plan = calls.submit(
+            type,
+            callback_url=callback_url,
+            input=input,
+            idempotency_key=idempotency_key,
+            metadata=metadata,
+            timeout_seconds=timeout_seconds,
+            heartbeat_timeout_seconds=heartbeat_timeout_seconds,
+            on_timeout=on_timeout,
+        )
+        return self._driver.run(plan)
+
+    def get(self, task_id: str) -> Task:
+        """The task; unchanged since the last read (304), the task read then. Retried."""
+        return self._driver.run(calls.get(task_id, self._cache))
+
+    def wait(self, task_id: str, timeout: float = 60.0) -> Task:
+        """The task once terminal; :class:`WaitTimeout` (with the last state) after
+        ``timeout`` s. Lost connection: polls again with backoff until the timeout."""
+        return self._driver.run(waiting.wait(task_id, timeout, self._clock, self._cache))
+
+    def follow(
+        self, task_id: str, *, last_event_id: int | None = None, give_up_after: float | None = 300
+    ) -> Iterator[following.TaskEvent]:
+        """Each new version of the task until the terminal one. Lost connection:
+        resumes from the last version; gives up after ``give_up_after`` s of failures."""
+        return self._driver.iterate(
+            following.follow(task_id, self._clock, give_up_after, last_event_id)
+        )
+
+    def follow_all(
+        self,
+        *,
+        last_event_id: int | None = None,
+        updated_after: datetime | None = None,
+        give_up_after: float | None = 300,
+    ) -> Iterator[following.TaskEvent]:
+        """Each new version of every task of the tenant, without end. Lost connection:
+        resumes from the last sequence; after a reset, reconciles through the listing."""
+        plan = following.follow_all(self._clock, give_up_after, last_event_id, updated_after)
+        return self._driver.iterate(plan)
+
+    def tasks(
+        self,
+        *,
+        status: TaskStatus | None = None,
+        updated_after: datetime | str | None = None,
+        page_size: int = 100,
+    ) -> Iterator[Task]:
+        """Every matching task, page after page (``nextCursor``). Each page retried."""
+        return self._driver.iterate(calls.tasks(status, updated_after, page_size))
+
+    def deliveries(self, task_id: str) -> list[Attempt]:
+        """The attempt log of the task's webhook. Retried."""
+        return self._driver.run(calls.deliveries(task_id))
+
+    def redeliver(self, task_id: str) -> Task:
+        """Send the terminal webhook again (same event id). Lost answer: sent again; the
+        409 "already pending" that the first send caused is taken as its answer."""
+        return self._driver.run(calls.redeliver(task_id))
+
+    def cancel(self, task_id: str) -> Task:
+        """Cancel the task. Lost answer: sent again; a 409 showing it cancelled is the answer."""
+        return self._driver.run(calls.cancel(task_id))
+
+    def test_event(self, callback_url: str) -> TestEvent:
+        """Send a signed ping to ``callback_url``. Sent again only if the request never
+        left (a lost answer raises :class:`TransportError`: a resend is a second ping)."""
+        return self._driver.run(calls.test_event(callback_url))
+
+    def get_test_event(self, event_id: str) -> TestEvent:
+        """A test event with its attempts. Retried."""
+        return self._driver.run(calls.get_test_event(event_id))
+
+    def public_keys(self) -> list[str]:
+        """The ``whpk_`` keys that sign the tenant's ``v1a`` webhooks now. Retried."""
+        return self._driver.run(calls.public_keys())
+
+    # -- executor (admin token) -------------------------------------------------------
+
+    def start(self, task_id: str) -> Task:
+        """queued → running. Lost answer: sent again; a 409 showing it running is the answer."""
+        return self._driver.run(calls.start(task_id))
+
+    def complete(
+        self, task_id: str, status: TerminalStatus, *, result: Any = None, error: Any = None
+    ) -> Task:
+        """→ terminal ``status``. Lost answer: sent again; a 409 showing this very outcome
+        is the answer (any other terminal state raises :class:`Conflict`)."""
+        return self._driver.run(calls.complete(task_id, status, result, error))
+
+    def progress(self, task_id: str, percent: float, message: str | None = None) -> Task:
+        """Report progress (also the heartbeat). Lost answer: sent again (an equal
+        percent is a plain heartbeat)."""
+        return self._driver.run(calls.progress(task_id, percent, message))

@@ -1,0 +1,33 @@
+"""Receiving hookrelay webhooks: verify the signature, then deduplicate by ``webhook-id``.
+
+::
+
+    from hookrelay.receiver import verify
+
+    event = verify(headers, raw_body, secrets=["whsec_..."])   # or public_keys=["whpk_..."]
+    if seen.add(event.id):                                       # a dedupe store
+        ...
+
+Adapters, each imported only when you import it (so only its framework is needed):
+:mod:`hookrelay.receiver.starlette` (Starlette, FastAPI), :mod:`hookrelay.receiver.flask`,
+:mod:`hookrelay.receiver.django`. Deduplication in PostgreSQL:
+:mod:`hookrelay.receiver.postgres`.
+"""
+
+from .dedupe import AsyncSeen, MemorySeen, Seen
+from .errors import BadSignature, InvalidPayload, MissingHeader, StaleTimestamp, VerificationError
+from .signatures import Verifier, WebhookEvent, verify
+
+__all__ = [
+    "AsyncSeen",
+    "BadSignature",
+    "InvalidPayload",
+    "MemorySeen",
+    "MissingHeader",
+    "Seen",
+    "StaleTimestamp",
+    "VerificationError",
+    "Verifier",
+    "WebhookEvent",
+    "verify",
+]

@@ -1,0 +1,82 @@
+"""After-commit signals: the API's writes wake dispatchers and streams with no NOTIFY
+inside the writer's transaction."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+import pytest
+
+from outbox.store import OUTBOX_CHANNEL, TASKS_CHANNEL, changes
+
+from .support import ADMIN, bearer, eventually
+
+pytestmark = pytest.mark.anyio
+HOOK = "http://127.0.0.1:9/hook"
+
+
+async def test_a_completion_wakes_dispatchers_after_its_commit(client, dsn, pool) -> None:
+    tenant = (await client.post("/v1/admin/tenants", json={"name": "s"}, headers=ADMIN)).json()
+    key = bearer(tenant["apiKey"])
+    app = client._transport.app
+    local: list[int] = []
+    app.state.signals.wake_locally(lambda: local.append(1))
+    heard: list[tuple[str, int]] = []
+    listener = await asyncpg.connect(dsn)
+    for channel in (OUTBOX_CHANNEL, TASKS_CHANNEL):
+        await listener.add_listener(channel, lambda _c, pid, ch, _p: heard.append((ch, pid)))
+    try:
+        tid = (
+            await client.post("/v1/tasks", json={"type": "t", "callbackUrl": HOOK}, headers=key)
+        ).json()["id"]
+        await client.post(f"/v1/tasks/{tid}/start", headers=ADMIN)
+        assert local == []  # nothing to deliver yet
+        r = await client.post(
+            f"/v1/tasks/{tid}/complete", json={"status": "succeeded"}, headers=ADMIN
+        )
+        assert r.status_code == 200
+        assert local == [1]  # this process's dispatcher: at once
+        # Every other dispatcher: one NOTIFY, from a connection that wrote nothing.
+        await eventually(lambda: [ch for ch, _ in heard] == [OUTBOX_CHANNEL])
+        writers = await pool.fetch(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+        )
+        assert heard[0][1] in {w["pid"] for w in writers}
+
+        # The streams got the three changes numbered, with no sweeper running.
+        async def numbered() -> bool:
+            async with pool.acquire() as conn:
+                position = await changes.stream_position(conn, tenant_id=tenant["id"])
+            return position.last_seq == 3
+
+        await eventually(numbered)
+    finally:
+        await listener.close()
+
+
+async def test_a_burst_of_completions_sends_few_notifications(client, dsn) -> None:
+    tenant = (await client.post("/v1/admin/tenants", json={"name": "b"}, headers=ADMIN)).json()
+    key = bearer(tenant["apiKey"])
+    ids = [
+        (
+            await client.post("/v1/tasks", json={"type": "t", "callbackUrl": HOOK}, headers=key)
+        ).json()["id"]
+        for _ in range(40)
+    ]
+    heard: list[int] = []
+    listener = await asyncpg.connect(dsn)
+    await listener.add_listener(OUTBOX_CHANNEL, lambda *_: heard.append(1))
+    try:
+        done = await asyncio.gather(
+            *(
+                client.post(f"/v1/tasks/{t}/complete", json={"status": "failed"}, headers=ADMIN)
+                for t in ids
+            )
+        )
+        assert all(r.status_code == 200 for r in done)
+        await eventually(lambda: heard)
+        await asyncio.sleep(0.2)
+        assert 1 <= len(heard) < len(ids)
+    finally:
+        await listener.close()
