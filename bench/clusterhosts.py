@@ -14,6 +14,7 @@ import base64
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -340,6 +341,7 @@ class Cluster:
             popen.wait(30)
         for node in self.pg:
             node.remove()
+        shutil.rmtree(self.tmp, ignore_errors=True)  # the processes' logs, read by now
 
 
 @contextlib.asynccontextmanager
