@@ -541,8 +541,9 @@ summary AS (
 SELECT f.id FROM fenced f;
 
 -- name: ping
--- Readiness: the cheapest statement that proves a working connection.
-SELECT 1;
+-- Readiness: the cheapest statement that proves a working connection, and whether
+-- the server takes writes (false on a standby, or with default_transaction_read_only).
+SELECT current_setting('transaction_read_only') = 'off';
 
 -- name: oldest_transaction
 -- Age of the oldest transaction open against this database, ours or anyone's.

@@ -57,7 +57,12 @@ def _dsn_problems(dsn: str) -> list[str]:
     shown = _mask_dsn(dsn)
     try:
         parts = urlsplit(dsn)
-        parts.port  # noqa: B018 - raises ValueError on a bad port
+        # Several servers (``postgresql://u@a:5432,b:5432/db?target_session_attrs=
+        # read-write``, as libpq and asyncpg take them): each port is checked alone.
+        userinfo, _, hosts = parts.netloc.rpartition("@")
+        for host in hosts.split(","):
+            one = parts._replace(netloc=f"{userinfo}@{host}" if userinfo else host)
+            one.port  # noqa: B018 - raises ValueError on a bad port
     except ValueError as exc:
         return [f"DATABASE_URL={shown!r}: {exc}"]
     if parts.scheme not in {"postgresql", "postgres"}:

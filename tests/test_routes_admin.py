@@ -96,6 +96,33 @@ async def test_readyz_reports_unreachable_database(client, pool) -> None:
     assert r.status_code == 503 and r.json()["error"]["code"] == "unavailable"
 
 
+async def test_read_only_server_is_not_ready_and_writes_answer_503(runtime, dsn, pool) -> None:
+    """A standby (or a read-only database) answers reads only: /readyz 503, writes 503."""
+    from outbox.db import create_pool
+    from outbox.tenants import create_tenant
+
+    async with pool.acquire() as conn:
+        key = (await create_tenant(conn, "ro", runtime.secret_box)).api_key
+        name = await conn.fetchval("SELECT current_database()")
+        await conn.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+    read_only = await create_pool(dsn, min_size=1, max_size=2)
+    app = create_app(runtime, pool=read_only)
+    try:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+                r = await c.get("/readyz")
+                assert r.status_code == 503 and "read-only" in r.json()["error"]["message"]
+                r = await c.post(
+                    "/v1/tasks",
+                    json={"type": "t", "callbackUrl": "http://127.0.0.1:9/"},
+                    headers=bearer(key),
+                )
+                assert r.status_code == 503 and r.json()["error"]["code"] == "unavailable"
+    finally:
+        await read_only.close()
+
+
 async def test_list_tenants_pages_in_creation_order(client) -> None:
     made = []
     for name in ("a", "b", "c"):

@@ -43,6 +43,15 @@ def test_reads_every_variable() -> None:
     assert s.sweep_interval_s == 0.25 and s.secret_overlap_s == 10
 
 
+def test_several_servers_in_database_url() -> None:
+    """A failover list, as libpq and asyncpg take it: each port checked on its own."""
+    url = "postgresql://u:pw@db-a:5432,db-b:6432/x?target_session_attrs=read-write"
+    assert Settings.from_env({"DATABASE_URL": url}).database_url == url
+    with pytest.raises(SettingsError, match="DATABASE_URL") as info:
+        Settings.from_env({"DATABASE_URL": "postgresql://u:pw@db-a:5432,db-b:port/x"})
+    assert "pw" not in str(info.value)
+
+
 def test_secrets_are_masked() -> None:
     s = Settings.from_env(
         {"DATABASE_URL": "postgresql://u:hunter2@db/x", "HOOKRELAY_ADMIN_TOKEN": "sekrit-token"}

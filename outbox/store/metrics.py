@@ -22,9 +22,9 @@ class OutboxStats:
     oldest_due_s: float
 
 
-async def ping(conn: asyncpg.Connection) -> None:
-    """One round trip; raises whatever the connection raises."""
-    await conn.fetchval(_PING)
+async def ping(conn: asyncpg.Connection) -> bool:
+    """One round trip: whether the server takes writes; raises whatever the connection raises."""
+    return bool(await conn.fetchval(_PING))
 
 
 async def oldest_transaction_s(conn: asyncpg.Connection) -> float:
