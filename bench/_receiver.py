@@ -36,6 +36,8 @@ def main() -> None:
     p.add_argument("--hang-rate", type=float, default=0.0)
     p.add_argument("--hang-s", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=None)
+    # Several loopback addresses (127.0.0.1,127.0.0.2,...): as many destination hosts.
+    p.add_argument("--hosts", default="127.0.0.1")
     args = p.parse_args()
     rng = random.Random(args.seed)
     latencies: list[float] = []
@@ -85,7 +87,12 @@ def main() -> None:
     app = web.Application()
     app.router.add_post("/hook", hook)
     web.run_app(
-        app, host="127.0.0.1", port=args.port, print=None, access_log=None, handle_signals=False
+        app,
+        host=args.hosts.split(","),
+        port=args.port,
+        print=None,
+        access_log=None,
+        handle_signals=False,
     )
 
 

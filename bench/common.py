@@ -88,11 +88,13 @@ async def fresh_database(server: str) -> str:
 class ReceiverProcess:
     """bench/_receiver.py in its own process; ``args`` are its fault options."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, hosts: int = 1) -> None:
         self.port = free_port()
         self.out = Path(tempfile.mkdtemp()) / "rx.json"
+        self.hosts = [f"127.0.0.{i}" for i in range(1, hosts + 1)]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench._receiver", str(self.port), str(self.out), *args],
+            [sys.executable, "-m", "bench._receiver", str(self.port), str(self.out), *args]
+            + ["--hosts", ",".join(self.hosts)],
             cwd=ROOT,
         )
         wait_for_port(self.port, self.proc, timeout=10)
@@ -100,6 +102,11 @@ class ReceiverProcess:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/hook"
+
+    @property
+    def urls(self) -> list[str]:
+        """One URL per host it listens on (``hosts=`` loopback addresses)."""
+        return [f"http://{h}:{self.port}/hook" for h in self.hosts]
 
     def stop(self) -> dict[str, Any]:
         """Stop the receiver and return what it saw (see bench/_receiver.py)."""

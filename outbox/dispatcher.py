@@ -369,6 +369,12 @@ class Dispatcher:
         self.recorder.add(result)
         if result.outcome == "delivered":
             self._delivered_on.add((event.host, event.tenant_id))
+        if log.isEnabledFor(logging.DEBUG):  # its extra dict is not built otherwise
+            log.debug(
+                "attempt %s",
+                result.outcome,
+                extra={"event_id": event.event_id, "task_id": event.task_id},
+            )
 
     def _next(self, done: ClaimedEvent) -> Waiting | None:
         """A slot came free: the lane's next row waiting ahead takes it (returned, for
