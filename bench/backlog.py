@@ -22,7 +22,7 @@ import asyncpg
 from outbox import complete_task
 from outbox.crypto import SecretBox
 from outbox.db import create_pool
-from outbox.store import delivery
+from outbox.store import changes, delivery
 from outbox.tasks import NewTask, create_task
 from outbox.tenants import create_tenant
 
@@ -74,6 +74,9 @@ async def fill(dsn: str, box: SecretBox, url: str, n: int) -> None:
             await conn.execute(FILL_TASKS, tenant.id, url, start, end)
             await conn.execute(FILL_EVENTS, tenant.id, start, end, body)
             await conn.execute(FILL_OUTBOX, tenant.id, url, start, end)
+        # The tasks' changes are numbered for the status streams now, in the set-up,
+        # as the API would at each commit: not by a sweeper in the middle of a drain.
+        await changes.number_pending(conn)
         await conn.execute("VACUUM ANALYZE outbox")
         await conn.execute("VACUUM ANALYZE events")
         await conn.execute("VACUUM ANALYZE tasks")

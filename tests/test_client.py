@@ -27,6 +27,7 @@ from hookrelay.client import (
 from hookrelay.receiver import verify
 from outbox import sync as executor
 
+from .clientfakes import FakeClock
 from .support import ADMIN_TOKEN, LosingProxy, ServeProcess, WebhookSink, bearer, free_port, until
 
 HOOK = "http://127.0.0.1:9/hook"
@@ -45,20 +46,6 @@ class Recorder(httpx.HTTPTransport):
         response = super().handle_request(request)
         self.statuses.append(response.status_code)
         return response
-
-
-class FakeClock:
-    """Time that moves only when the client sleeps."""
-
-    def __init__(self) -> None:
-        self.t, self.slept = 0.0, list[float]()
-
-    def now(self) -> float:
-        return self.t
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.t += seconds
 
 
 @pytest.fixture
