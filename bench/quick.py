@@ -21,27 +21,19 @@ from __future__ import annotations
 
 import argparse
 import base64
-import json
 import re
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
-
-import asyncpg
 
 from outbox.crypto import SecretBox
 from outbox.dispatcher import DispatcherConfig
-from outbox.tenants import create_tenant
 
 from . import common
-from .api import load
 from .common import ReceiverProcess, fresh_database, record, server_dsn
 from .e2e import bare_client_limit, fill
-from .procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
+from .procs import ROOT, master_key, service_env
 from .receipt import bare, through_hookrelay
 from .sched import drain_counted, own_cpu_s
-from .writepath import BARE_INSERT, BARE_TABLE, SUBMIT, seed_tasks, sql_rate
+from .writepath import measure
 
 SECTION = "quick: the regression guard"
 TOLERANCE = 0.25  # a ratio may fall this far below the recorded one
@@ -56,47 +48,12 @@ NAMES = {
 
 
 async def write_path(seconds: float) -> dict[str, float]:
-    dsn = await fresh_database(server_dsn())
-    key = master_key()
-    conn = await asyncpg.connect(dsn)
-    try:
-        tenant = await create_tenant(conn, "quick", SecretBox(base64.urlsafe_b64decode(key)))
-        await conn.execute(BARE_TABLE)
-    finally:
-        await conn.close()
-    ceiling = (await sql_rate(dsn, BARE_INSERT, [tenant.id], 20, seconds)).per_s
-    task_ids = await seed_tasks(dsn, [tenant.id], int(6000 * (seconds + 1.5)))
-    paths = Path(tempfile.mkdtemp()) / "complete.txt"
-    paths.write_text("".join(f"/{t}/complete\n" for t in task_ids))
-    port = free_port()
-    api = subprocess.Popen(
-        hookrelay("api"), env=service_env(dsn, key, host="127.0.0.1", port=port), cwd=ROOT
-    )
-    try:
-        wait_for_port(port, api)
-        url = f"http://127.0.0.1:{port}/v1/tasks"
-        json_header = {"Content-Type": "application/json"}
-        submit = load(
-            url,
-            method="POST",
-            body=json.dumps(SUBMIT),
-            headers={**json_header, "Authorization": f"Bearer {tenant.api_key}"},
-            seconds=seconds,
-            concurrency=20,
-        )
-        complete = load(
-            url,
-            method="POST",
-            body=json.dumps({"status": "succeeded"}),
-            headers={**json_header, "Authorization": "Bearer bench"},
-            paths=str(paths),
-            seconds=seconds,
-            concurrency=20,
-        )
-    finally:
-        api.terminate()
-        api.wait(30)
-    return {"submit": submit["rps"] / ceiling, "complete": complete["rps"] / ceiling}
+    f = await measure(seconds=seconds, clients=20, tenant_count=1, full=False)
+    ceiling = f["bare"].per_s
+    return {
+        "submit": f["submit_one"].per_s / ceiling,
+        "complete": f["complete_one"].per_s / ceiling,
+    }
 
 
 async def receipt(seconds: float) -> dict[str, float]:

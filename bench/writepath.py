@@ -111,6 +111,27 @@ async def seed_tasks(dsn: str, tenants: list[str], n: int) -> list[str]:
     return task_ids
 
 
+async def trivial_route(seconds: float, clients: int) -> Figure:
+    """One uvicorn process's own limit: a trivial route, same settings, same clients."""
+    port = free_port()
+    trivial = subprocess.Popen([sys.executable, "-m", "bench._trivial_app", str(port)], cwd=ROOT)
+    try:
+        wait_for_port(port, trivial)
+        cpu0 = cpu_s(trivial.pid)
+        row = load(
+            f"http://127.0.0.1:{port}/hello",
+            method="POST",
+            body=json.dumps(SUBMIT),
+            headers={"Content-Type": "application/json"},
+            seconds=seconds,
+            concurrency=clients,
+        )
+        return http_figure("trivial", row, cpu_s(trivial.pid) - cpu0)
+    finally:
+        trivial.terminate()
+        trivial.wait(30)
+
+
 def http_figure(name: str, row: dict[str, Any], cpu_s: float) -> Figure:
     bad = sum(n for s, n in row["statuses"].items() if not str(s).startswith("2"))
     answered = row["requests"] + row.get("warmup_requests", 0)
@@ -119,9 +140,13 @@ def http_figure(name: str, row: dict[str, Any], cpu_s: float) -> Figure:
 
 
 async def measure(
-    *, seconds: float, clients: int, tenant_count: int, only_submit: bool = False
+    *, seconds: float, clients: int, tenant_count: int, full: bool = True
 ) -> dict[str, Figure]:
-    """Every figure of the write path, from one fresh database and one ``hookrelay api``."""
+    """Every figure of the write path, from one fresh database and one ``hookrelay api``.
+
+    ``full`` False (the regression guard): the ceiling and the one-tenant submit and
+    complete only.
+    """
     dsn = await fresh_database(server_dsn())
     key = master_key()
     box = SecretBox(base64.urlsafe_b64decode(key))
@@ -134,7 +159,9 @@ async def measure(
     tenants = [t.id for t in made]
     figures: dict[str, Figure] = {}
     figures["bare"] = await sql_rate(dsn, BARE_INSERT, tenants[:1], clients, seconds)
-    figures["sql_one"] = await sql_rate(dsn, TASK_INSERT, tenants[:1], clients, seconds)
+    if full:
+        figures["sql_one"] = await sql_rate(dsn, TASK_INSERT, tenants[:1], clients, seconds)
+    labels = ("one", "many") if full else ("one",)
     work = Path(tempfile.mkdtemp())
     auths = {}
     for label, subset in (("one", made[:1]), ("many", made)):
@@ -144,31 +171,12 @@ async def measure(
     # complete rate seen here, for the warm-up and the run, with room to spare.
     per_run = int(6000 * (seconds + 1.5))
     paths = {}
-    if not only_submit:
-        for label, ids_of in (("one", tenants[:1]), ("many", tenants)):
-            task_ids = await seed_tasks(dsn, ids_of, per_run)
-            paths[label] = work / f"complete-{label}.txt"
-            paths[label].write_text("".join(f"/{t}/complete\n" for t in task_ids))
-    # One uvicorn process's own limit: a trivial route, same settings, same clients.
-    trivial_port = free_port()
-    trivial = subprocess.Popen(
-        [sys.executable, "-m", "bench._trivial_app", str(trivial_port)], cwd=ROOT
-    )
-    try:
-        wait_for_port(trivial_port, trivial)
-        cpu0 = cpu_s(trivial.pid)
-        row = load(
-            f"http://127.0.0.1:{trivial_port}/hello",
-            method="POST",
-            body=json.dumps(SUBMIT),
-            headers={"Content-Type": "application/json"},
-            seconds=seconds,
-            concurrency=clients,
-        )
-        figures["trivial"] = http_figure("trivial", row, cpu_s(trivial.pid) - cpu0)
-    finally:
-        trivial.terminate()
-        trivial.wait(30)
+    for label in labels:
+        task_ids = await seed_tasks(dsn, tenants[:1] if label == "one" else tenants, per_run)
+        paths[label] = work / f"complete-{label}.txt"
+        paths[label].write_text("".join(f"/{t}/complete\n" for t in task_ids))
+    if full:
+        figures["trivial"] = await trivial_route(seconds, clients)
     port = free_port()
     api = subprocess.Popen(
         hookrelay("api"), env=service_env(dsn, key, host="127.0.0.1", port=port), cwd=ROOT
@@ -178,7 +186,7 @@ async def measure(
         base = f"http://127.0.0.1:{port}/v1/tasks"
         common: dict[str, Any] = {"seconds": seconds, "concurrency": clients}
         json_header = {"Content-Type": "application/json"}
-        for label in ("one", "many"):
+        for label in labels:
             cpu0 = cpu_s(api.pid)
             row = load(
                 base,
@@ -190,22 +198,19 @@ async def measure(
             )
             cpu = cpu_s(api.pid) - cpu0
             figures[f"submit_{label}"] = http_figure(f"submit {label}", row, cpu)
-            if only_submit:
-                break
-        if not only_submit:
-            done = json.dumps({"status": "succeeded", "result": {"ok": True}})
-            for label in ("one", "many"):
-                cpu0 = cpu_s(api.pid)
-                row = load(
-                    base,
-                    method="POST",
-                    body=done,
-                    headers={**json_header, "Authorization": "Bearer bench"},
-                    paths=str(paths[label]),
-                    **common,
-                )
-                cpu = cpu_s(api.pid) - cpu0
-                figures[f"complete_{label}"] = http_figure(f"complete {label}", row, cpu)
+        done = json.dumps({"status": "succeeded", "result": {"ok": True}})
+        for label in labels:
+            cpu0 = cpu_s(api.pid)
+            row = load(
+                base,
+                method="POST",
+                body=done,
+                headers={**json_header, "Authorization": "Bearer bench"},
+                paths=str(paths[label]),
+                **common,
+            )
+            cpu = cpu_s(api.pid) - cpu0
+            figures[f"complete_{label}"] = http_figure(f"complete {label}", row, cpu)
     finally:
         api.terminate()
         api.wait(30)
