@@ -89,11 +89,12 @@ class Deadline:
     does, without its per-use context manager (a dispatcher makes thousands of
     attempts a second). ``expired`` tells the cancellation it caused from others."""
 
-    __slots__ = ("_handle", "expired", "_task")
+    __slots__ = ("_cancelling", "_handle", "expired", "_task")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any], s: float):
         self.expired = False
         self._task = task
+        self._cancelling = task.cancelling()  # cancellations already asked of the task
         self._handle = loop.call_at(loop.time() + s, self._expire)
 
     def _expire(self) -> None:
@@ -102,6 +103,11 @@ class Deadline:
 
     def cancel(self) -> None:
         self._handle.cancel()
+
+    def caused(self) -> bool:
+        """Whether a CancelledError is this deadline's alone; if so, the task is no
+        longer being cancelled (as ``asyncio.timeout`` leaves it)."""
+        return self.expired and self._task.uncancel() <= self._cancelling
 
 
 async def attempt(
@@ -146,10 +152,9 @@ async def attempt(
         prefix = _text(reply.body[: PREFIX_CHARS * 4])[:PREFIX_CHARS] or None
         outcome, error, retry_after = _judge(status, reply.headers)
     except asyncio.CancelledError:
-        if deadline is None or not deadline.expired:
-            raise
-        # Ours: the attempt ran out of time; the task goes on.
-        (task or _current_task()).uncancel()
+        if deadline is None or not deadline.caused():
+            raise  # someone else's (a shutdown): theirs to handle
+        # Ours alone: the attempt ran out of time; the task goes on.
         outcome, error = "retry", f"timed out after {limits.total_timeout_s:g}s"
     except TimeoutError:  # a sender's own deadline
         outcome, error = "retry", f"timed out after {limits.total_timeout_s:g}s"

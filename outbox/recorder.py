@@ -27,8 +27,9 @@ log = logging.getLogger("hookrelay.dispatcher")
 # How long an outcome may wait for companions before it is written alone: short
 # against an HTTP round trip, long enough to batch a busy dispatcher's results.
 LINGER_S = 0.005
-# While outcomes come in faster than BUSY_AT per LINGER_S (2,000 a second), a
-# batch may wait this long to fill up.
+# Once BUSY_AT outcomes gathered in one wait (2,000 a second over LINGER_S), the
+# next batch may wait this long to fill up; it stays busy while BUSY_AT keep coming
+# in that longer wait (down to 400 a second), then goes back to LINGER_S.
 BUSY_LINGER_S = 0.025
 BUSY_AT = 10
 RETRY_PAUSE_S = 0.5

@@ -54,6 +54,12 @@ async def run(
     next_purge = 0.0
     while not stop.is_set():
         try:
+            # First and on its own: a failing purge or sweep must not stop it.
+            async with pool.acquire() as conn:
+                await changes.number_pending(conn)
+        except Exception as exc:
+            log.warning("numbering stream changes failed: %s", exc)
+        try:
             if retention is not None and time.monotonic() >= next_purge:
                 next_purge = time.monotonic() + retention.every_s
                 purged = await purge(
@@ -71,8 +77,6 @@ async def run(
             n = await sweep_once(pool)
             if n:
                 log.info("timed out %d tasks", n)
-            async with pool.acquire() as conn:
-                await changes.number_pending(conn)
             if n == BATCH:
                 continue
         except TRANSIENT_ERRORS as exc:

@@ -103,6 +103,9 @@ def uvicorn_config(
     )
 
 
+_gc_tuned = False
+
+
 def tune_gc() -> None:
     """Collect less often, and never walk what was loaded at start-up.
 
@@ -114,6 +117,10 @@ def tune_gc() -> None:
     (alternating drains, python -m bench sched); disabling the collector
     altogether gained nothing more. Reference cycles are still collected.
     """
+    global _gc_tuned
+    if _gc_tuned:  # serve's dispatcher thread runs its loop through run() too
+        return
+    _gc_tuned = True
     gc.freeze()
     gc.set_threshold(10_000, 50, 100)
 

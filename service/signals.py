@@ -19,6 +19,7 @@ queued at every sweep; only the push is late.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import asyncpg
@@ -28,6 +29,8 @@ from outbox.store import events
 from .coalesce import Coalesced
 from .streams import StreamHub
 from .watcher import TaskWatcher
+
+log = logging.getLogger("hookrelay.signals")
 
 
 class Signals:
@@ -43,13 +46,20 @@ class Signals:
         self._local.append(callback)
 
     def committed(self, task_id: str, *, event: bool = False) -> None:
-        """A change of ``task_id`` has committed; ``event``: with a new outbox event."""
+        """A change of ``task_id`` has committed; ``event``: with a new outbox event.
+
+        Never raises: the write is committed, and a failed wake-up only makes a
+        waiter find it at its next poll.
+        """
         self._watcher.notify(task_id)
         self._hub.number_soon()
         if event:
-            for wake in self._local:
-                wake()
             self._outbox.poke()
+            for wake in self._local:
+                try:
+                    wake()
+                except Exception as exc:  # e.g. that dispatcher's loop has closed
+                    log.warning("could not wake a local dispatcher: %s", exc)
 
     async def _notify_outbox(self) -> None:
         async with self._pool.acquire() as conn:

@@ -114,7 +114,8 @@ def dispatcher_background(
                 raise thread.error or RuntimeError("the dispatcher did not start")
 
             def wake() -> None:
-                loop.call_soon_threadsafe(dispatcher.wake)
+                if not loop.is_closed():
+                    loop.call_soon_threadsafe(dispatcher.wake)
 
             signals.wake_locally(wake)
             yield dispatcher

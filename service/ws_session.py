@@ -181,6 +181,8 @@ class Session:
         self.sub.watch(wanted)
         try:
             async with self.websocket.app.state.pool.acquire() as conn:
+                # Numbered first, so the current version comes with its sequence.
+                await changes.number_pending(conn)
                 current = await changes.current_changes(
                     conn, tenant_id=self.tenant_id, task_ids=wanted
                 )

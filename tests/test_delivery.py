@@ -237,3 +237,27 @@ async def test_a_cancellation_not_of_the_deadline_is_not_swallowed() -> None:
     running.cancel()
     with pytest.raises(asyncio.CancelledError):
         await running
+
+
+async def test_a_deadline_and_another_cancellation_together_are_not_swallowed() -> None:
+    """Both at once (a shutdown as the deadline fires): the deadline is not taken for
+    the whole cancellation, so the task still ends cancelled."""
+    from outbox.delivery import Deadline
+
+    caused: list[bool] = []
+
+    async def body() -> None:
+        me = asyncio.current_task()
+        assert me is not None
+        deadline = Deadline(asyncio.get_running_loop(), me, 0.01)
+        try:
+            await asyncio.sleep(1)
+        except asyncio.CancelledError:
+            me.cancel()  # someone else's, delivered with the deadline's
+            caused.append(deadline.caused())
+            raise
+
+    task = asyncio.create_task(body())
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert caused == [False] and task.cancelled()

@@ -77,3 +77,20 @@ async def test_purges_finished_old_test_events_only(pool, runtime) -> None:
     assert pings == 2
     left = {r["event_id"] for r in await pool.fetch("SELECT event_id FROM events")}
     assert left == {sent[2], sent[3]}
+
+
+async def test_a_backlog_past_retention_goes_in_one_round_not_ten_batches(
+    pool, runtime, monkeypatch
+) -> None:
+    """Ten batches a round fell behind a busy change log: a round now goes on until what
+    is past retention is gone (or its time is spent)."""
+    from outbox.store import changes as change_log
+
+    monkeypatch.setattr(retention, "BATCH", 2)
+    await backlog(pool, runtime, "http://127.0.0.1:9/h", 15)  # 30 changes: 15 batches
+    async with pool.acquire() as conn:
+        await change_log.number_pending(conn)
+        await conn.execute("UPDATE task_changes SET changed_at = now() - interval '2 days'")
+    *_, purged = await purge(pool, attempts_older_than_s=86400, tasks_older_than_s=86400 * 90)
+    assert purged == 30
+    assert await pool.fetchval("SELECT count(*) FROM task_changes") == 0

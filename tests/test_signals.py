@@ -80,3 +80,24 @@ async def test_a_burst_of_completions_sends_few_notifications(client, dsn) -> No
         assert 1 <= len(heard) < len(ids)
     finally:
         await listener.close()
+
+
+async def test_a_wake_up_that_fails_does_not_fail_the_committed_write(client, dsn) -> None:
+    tenant = (await client.post("/v1/admin/tenants", json={"name": "w"}, headers=ADMIN)).json()
+    key = bearer(tenant["apiKey"])
+
+    def closed_loop() -> None:
+        raise RuntimeError("Event loop is closed")
+
+    client._transport.app.state.signals.wake_locally(closed_loop)
+    heard: list[int] = []
+    listener = await asyncpg.connect(dsn)
+    await listener.add_listener(OUTBOX_CHANNEL, lambda *_: heard.append(1))
+    try:
+        r = await client.post("/v1/tasks", json={"type": "t", "callbackUrl": HOOK}, headers=key)
+        tid = r.json()["id"]
+        r = await client.post(f"/v1/tasks/{tid}/complete", json={"status": "failed"}, headers=ADMIN)
+        assert r.status_code == 200 and r.json()["status"] == "failed"
+        await eventually(lambda: heard)  # the other dispatchers were still woken
+    finally:
+        await listener.close()

@@ -239,3 +239,36 @@ async def test_a_long_batch_is_split_over_notifications_within_the_limit(
         assert {c.last_seq for p in heard for c in changes.parse_changed(p) or []} == {400}
     finally:
         await listener.close()
+
+
+async def test_many_tenants_in_one_batch_each_get_their_own_numbers(pool, runtime) -> None:
+    async with pool.acquire() as conn:
+        tenants = [(await create_tenant(conn, f"t{i}", runtime.secret_box)).id for i in range(30)]
+        for tenant in tenants:
+            task = await new_task(conn, tenant)
+            await start_task(conn, task.id, notify=False)
+        numbered = await changes.number_pending(conn)
+    assert sorted((n.tenant_id, n.last_seq, n.count) for n in numbered) == sorted(
+        (t, 2, 2) for t in tenants
+    )
+    for tenant in tenants:
+        assert [e[0] for e in await log_of(pool, tenant)] == [1, 2]
+
+
+async def test_a_change_is_timed_when_numbered_so_time_rises_with_the_number(
+    pool, tenant_id
+) -> None:
+    """Retention purges by changed_at; were it the commit's time, a change numbered
+    after another could carry an earlier time and be purged before it."""
+    async with pool.acquire() as conn:
+        first = await new_task(conn, tenant_id)
+        before_numbering = await conn.fetchval("SELECT clock_timestamp()")
+        await changes.number_pending(conn)
+        second = await new_task(conn, tenant_id)
+        await changes.number_pending(conn)
+    rows = await pool.fetch(
+        "SELECT task_id, changed_at FROM task_changes WHERE tenant_id = $1 ORDER BY seq", tenant_id
+    )
+    assert [r["task_id"] for r in rows] == [first.id, second.id]
+    assert rows[0]["changed_at"] >= before_numbering
+    assert rows[0]["changed_at"] <= rows[1]["changed_at"]

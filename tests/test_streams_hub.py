@@ -14,7 +14,7 @@ from outbox.tenants import create_tenant
 from service.streams import Change, Reset, StreamHub, TooManyStreams
 from service.streams import hub as hub_module
 
-from .support import purge_changes
+from .support import eventually, purge_changes
 
 pytestmark = pytest.mark.anyio
 HOOK = "http://127.0.0.1:9/hook"
@@ -110,6 +110,9 @@ async def test_slow_consumer_is_dropped_not_buffered(hub, pool, tenant_id) -> No
         await start_task(conn, task_id)
         for p in range(1, 6):
             await report_progress(conn, task_id, p)
+    # The changes may reach the hub in several batches (each numbering takes what has
+    # committed by then): read once it has handed them all out.
+    await eventually(lambda: slow.reason is not None)
     assert await asyncio.wait_for(slow.get(), 10) is None
     assert slow.reason == "slow_consumer"
     assert hub.open_count(tenant_id) == 0

@@ -285,3 +285,25 @@ async def test_a_failure_mid_stream_ends_it_cleanly(http, key, monkeypatch) -> N
     r = await http.get(f"/v1/tasks/{task_id}/events", headers=headers)
     # Headers were out before the failure: the stream just ends, to be resumed.
     assert r.status_code == 200 and r.text == ""
+
+
+async def test_a_resumed_task_stream_ends_with_its_terminal_change_not_yet_numbered(
+    http, key, pool
+) -> None:
+    """The tenant already has a stream here (so the hub numbers nothing on open), and the
+    last change, made with no NOTIFY, still waits in the queue: the stream numbers first,
+    and so ends with the terminal event rather than with nothing."""
+    from outbox import complete_task, start_task
+
+    task_id = await submit(http, key)
+    async with http.stream("GET", "/v1/events", headers=bearer(key)) as open_stream:
+        assert open_stream.status_code == 200
+        async with pool.acquire() as conn:
+            await start_task(conn, task_id, notify=False)
+            await complete_task(conn, task_id, "succeeded", notify=False)
+        headers = {**bearer(key), "Last-Event-ID": "1"}
+        async with http.stream("GET", f"/v1/tasks/{task_id}/events", headers=headers) as r:
+            events = Events(r)
+            got = [await events.next() for _ in range(3)]
+    assert [e and e["id"] for e in got] == ["2", "3", None]
+    assert got[1] and got[1]["json"]["status"] == "succeeded"

@@ -90,3 +90,22 @@ async def test_a_sweep_numbers_changes_nobody_announced(pool, runtime) -> None:
     async with pool.acquire() as conn:
         logged = await changes.task_changes_after(conn, task_id=task_id, version=0, limit=5)
     assert [c.task.version for c in logged] == [1]
+
+
+async def test_a_failing_purge_does_not_stop_the_numbering(pool, runtime, monkeypatch) -> None:
+    from outbox import sweeper
+
+    async def broken(*args, **kwargs):
+        raise RuntimeError("purge is broken")
+
+    monkeypatch.setattr(sweeper, "purge", broken)
+    await make(pool, runtime, [None])
+    stop = asyncio.Event()
+    run = asyncio.create_task(sweeper_run(pool, 0.05, stop, sweeper.Retention(every_s=0)))
+    try:
+        await eventually(
+            lambda: pool.fetchval("SELECT count(*) = 0 FROM task_change_queue"), what="numbered"
+        )
+    finally:
+        stop.set()
+        await run

@@ -69,6 +69,9 @@ async def task_events(request: Request) -> Response:
     try:
         sub.watch([task_id])
         async with request.app.state.pool.acquire() as conn:
+            # Every change committed so far gets its number first: the replay below
+            # then finds each version up to the task's current one in the log.
+            await changes.number_pending(conn)
             task = await get_task(conn, task_id, tenant_id=tenant_id)
     except BaseException:
         sub.close()
