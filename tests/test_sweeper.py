@@ -74,12 +74,10 @@ async def test_background_sweeper(pool, runtime) -> None:
         await eventually(lambda: pool.fetchval(status, tid))
 
 
-async def test_a_sweep_numbers_changes_nobody_announced(pool, runtime) -> None:
-    """A writer that runs in no API process and sends no hint: the sweeper's floor."""
-    (task_id,) = await make(pool, runtime, [None])
-    assert await pool.fetchval("SELECT count(*) FROM task_change_queue") == 1
+async def sweep_until_numbered(pool: asyncpg.Pool, retention=None) -> None:
+    """Run the sweeper until the stream-change queue is empty."""
     stop = asyncio.Event()
-    run = asyncio.create_task(sweeper_run(pool, 0.05, stop))
+    run = asyncio.create_task(sweeper_run(pool, 0.05, stop, retention))
     try:
         await eventually(
             lambda: pool.fetchval("SELECT count(*) = 0 FROM task_change_queue"), what="numbered"
@@ -87,6 +85,13 @@ async def test_a_sweep_numbers_changes_nobody_announced(pool, runtime) -> None:
     finally:
         stop.set()
         await run
+
+
+async def test_a_sweep_numbers_changes_nobody_announced(pool, runtime) -> None:
+    """A writer that runs in no API process and sends no hint: the sweeper's floor."""
+    (task_id,) = await make(pool, runtime, [None])
+    assert await pool.fetchval("SELECT count(*) FROM task_change_queue") == 1
+    await sweep_until_numbered(pool)
     async with pool.acquire() as conn:
         logged = await changes.task_changes_after(conn, task_id=task_id, version=0, limit=5)
     assert [c.task.version for c in logged] == [1]
@@ -100,12 +105,4 @@ async def test_a_failing_purge_does_not_stop_the_numbering(pool, runtime, monkey
 
     monkeypatch.setattr(sweeper, "purge", broken)
     await make(pool, runtime, [None])
-    stop = asyncio.Event()
-    run = asyncio.create_task(sweeper_run(pool, 0.05, stop, sweeper.Retention(every_s=0)))
-    try:
-        await eventually(
-            lambda: pool.fetchval("SELECT count(*) = 0 FROM task_change_queue"), what="numbered"
-        )
-    finally:
-        stop.set()
-        await run
+    await sweep_until_numbered(pool, sweeper.Retention(every_s=0))
