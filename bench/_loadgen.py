@@ -21,6 +21,8 @@ from pathlib import Path
 
 import aiohttp
 
+from bench.common import percentile
+
 
 async def main() -> None:
     p = argparse.ArgumentParser()
@@ -78,10 +80,9 @@ async def main() -> None:
         stop_at = t0 + args.seconds
         await asyncio.gather(*workers)
         elapsed = time.perf_counter() - t0
-    latencies.sort()
 
     def pct(q: float) -> float:
-        return latencies[min(len(latencies) - 1, int(q * len(latencies)))] if latencies else 0.0
+        return percentile(latencies, q) if latencies else 0.0
 
     print(
         json.dumps(

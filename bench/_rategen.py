@@ -24,6 +24,7 @@ from pathlib import Path
 
 import aiohttp
 
+from bench.common import percentile
 from service.serving import run
 
 
@@ -76,10 +77,9 @@ async def main() -> None:
             pending.append(asyncio.create_task(one(path)))
         await asyncio.gather(*pending)
         elapsed = time.perf_counter() - t0
-    latencies.sort()
 
     def pct(q: float) -> float:
-        return latencies[min(len(latencies) - 1, int(q * len(latencies)))] if latencies else 0.0
+        return percentile(latencies, q) if latencies else 0.0
 
     print(
         json.dumps(
@@ -91,7 +91,7 @@ async def main() -> None:
                 "errors": errors,
                 "p50_ms": pct(0.5),
                 "p99_ms": pct(0.99),
-                "max_ms": latencies[-1] if latencies else 0.0,
+                "max_ms": max(latencies, default=0.0),
             }
         )
     )

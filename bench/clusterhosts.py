@@ -9,7 +9,6 @@ the machine's own namespace, the control host on both networks.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import json
@@ -32,6 +31,7 @@ from outbox.crypto import SecretBox
 from outbox.db import apply_schema
 
 from .backlog import fill
+from .common import eventually
 from .netns import Host, Network
 from .pgnodes import PORT, PgNode, cpu_seconds
 from .procs import ROOT, hookrelay, master_key, service_env
@@ -44,17 +44,8 @@ ALLOWED = "198.18.0.0/15"  # both cluster networks, and nothing else
 
 
 async def poll(predicate: Any, timeout: float, what: str, every: float = 0.05) -> Any:
-    """Await ``predicate()`` (sync or async) until truthy; its value. Fails after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not true after {timeout:g} s: {what} (last: {value!r})")
-        await asyncio.sleep(every)
+    """``common.eventually`` at the cluster's pace: a predicate that asks a host is costly."""
+    return await eventually(predicate, timeout, what=what, every=every)
 
 
 def process_cpu_s(pid: int) -> float:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.server
-import inspect
 import os
 import secrets
 import socket
@@ -27,6 +26,7 @@ import asyncpg
 import httpx
 
 from bench import procs
+from bench.common import eventually as eventually
 from bench.procs import ROOT as ROOT
 from bench.procs import free_port as free_port
 from bench.procs import hookrelay as hookrelay
@@ -59,28 +59,6 @@ def v1_secret(keys: NewTenant | NewKeys) -> str:
 def with_database(dsn: str, name: str) -> str:
     """``dsn`` pointed at database ``name`` on the same server."""
     return urlunsplit(urlsplit(dsn)._replace(path="/" + name))
-
-
-async def eventually(
-    predicate: Callable[[], Any], timeout: float = 10.0, *, what: str = "", every: float = 0.02
-) -> Any:
-    """Call ``predicate`` (sync or async) until it returns something truthy; return that.
-
-    In place of fixed sleeps: the test goes on as soon as the condition holds, and a
-    loaded machine gets the whole ``timeout`` before the test fails. ``every`` is the
-    pause between calls, longer for a predicate that is itself costly.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if inspect.isawaitable(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            name = what or getattr(predicate, "__qualname__", repr(predicate))
-            raise AssertionError(f"not true after {timeout:g} s: {name} (last: {value!r})")
-        await asyncio.sleep(every)
 
 
 async def purge_changes(pool: asyncpg.Pool, where: str, *args: Any) -> None:
