@@ -22,8 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from .common import fresh_database, server_dsn
-from .procs import ROOT, free_port, wait_for_port
+from bench.common import fresh_database, server_dsn
+from bench.procs import ROOT, free_port, wait_for_port
 
 HEADER_MB = 128
 SLOW_CLIENTS = 1050

@@ -19,9 +19,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
+from bench.procs import ROOT, free_port, hookrelay, peak_rss_mb, wait_for_port
 from outbox.db import apply_schema
-
-from .procs import ROOT, free_port, hookrelay, peak_rss_mb, wait_for_port
 
 # Set by ``python -m bench --record``: only then does record() rewrite the Markdown files.
 RECORDING = False

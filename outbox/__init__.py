@@ -11,10 +11,10 @@ executor can finish a task inside its own transaction::
 ``outbox.sync`` has the same functions for sync psycopg and SQLAlchemy code.
 """
 
-from . import sync
-from .errors import OutboxError
-from .progress import report_progress
-from .transitions import cancel_task, complete_task, start_task, timeout_task
+from outbox import sync
+from outbox.errors import OutboxError
+from outbox.progress import report_progress
+from outbox.transitions import cancel_task, complete_task, start_task, timeout_task
 
 __all__ = [
     "OutboxError",

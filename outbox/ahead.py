@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections import Counter, deque
 from dataclasses import dataclass
 
-from .scheduler import Lane
-from .signing import Signer
-from .store.delivery import ClaimedEvent
+from outbox.scheduler import Lane
+from outbox.signing import Signer
+from outbox.store.delivery import ClaimedEvent
 
 
 @dataclass(frozen=True, slots=True)

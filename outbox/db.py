@@ -19,8 +19,8 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from .errors import DatabaseUnavailable
-from .migrate import migrate
+from outbox.errors import DatabaseUnavailable
+from outbox.migrate import migrate
 
 log = logging.getLogger("hookrelay.db")
 T = TypeVar("T")

@@ -9,12 +9,12 @@ from typing import Any
 
 import asyncpg
 
-from .errors import AlreadyReplayed, DeadLetterNotFound
-from .models import Attempt, EventId, iso
-from .requeue import put_back
-from .store import deadletters as store
-from .store import events
-from .store.deadletters import DeadLetter, DeadLetterFilter
+from outbox.errors import AlreadyReplayed, DeadLetterNotFound
+from outbox.models import Attempt, EventId, iso
+from outbox.requeue import put_back
+from outbox.store import deadletters as store
+from outbox.store import events
+from outbox.store.deadletters import DeadLetter, DeadLetterFilter
 
 __all__ = [
     "DeadLetter",

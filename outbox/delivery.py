@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from .errors import BlockedDestination, InvalidCallbackUrl, TransportError
-from .http import Sender
-from .models import Outcome
-from .retry import RetryPolicy, parse_retry_after
-from .signing import Signer
-from .ssrf import AddressPolicy
-from .store.delivery import ClaimedEvent
+from outbox.errors import BlockedDestination, InvalidCallbackUrl, TransportError
+from outbox.http import Sender
+from outbox.models import Outcome
+from outbox.retry import RetryPolicy, parse_retry_after
+from outbox.signing import Signer
+from outbox.ssrf import AddressPolicy
+from outbox.store.delivery import ClaimedEvent
 
 __all__ = ["AttemptLimits", "AttemptResult", "ClaimedEvent", "attempt"]
 

@@ -21,25 +21,25 @@ from datetime import UTC, datetime
 
 import asyncpg
 
-from . import ids
-from .ahead import AheadQueues, Waiting
-from .circuit import BreakerPolicy, take_probes
-from .crypto import SecretBox
-from .db import TRANSIENT_ERRORS
-from .delivery import AttemptLimits, AttemptResult, attempt
-from .errors import LocalFault
-from .http import Sender
-from .keyring import Keyring
-from .listener import Listener
-from .localfaults import DEFER_S, FaultReporter
-from .masterkey import key_matches
-from .recorder import Recorder
-from .retry import RetryPolicy
-from .scheduler import HOLD_S, Caps, InFlight, Lane, ahead, allocate, held_hosts, still_due
-from .signing import Signer
-from .ssrf import AddressPolicy
-from .store import OUTBOX_CHANNEL, delivery
-from .store.delivery import ClaimedEvent, DueLane
+from outbox import ids
+from outbox.ahead import AheadQueues, Waiting
+from outbox.circuit import BreakerPolicy, take_probes
+from outbox.crypto import SecretBox
+from outbox.db import TRANSIENT_ERRORS
+from outbox.delivery import AttemptLimits, AttemptResult, attempt
+from outbox.errors import LocalFault
+from outbox.http import Sender
+from outbox.keyring import Keyring
+from outbox.listener import Listener
+from outbox.localfaults import DEFER_S, FaultReporter
+from outbox.masterkey import key_matches
+from outbox.recorder import Recorder
+from outbox.retry import RetryPolicy
+from outbox.scheduler import HOLD_S, Caps, InFlight, Lane, ahead, allocate, held_hosts, still_due
+from outbox.signing import Signer
+from outbox.ssrf import AddressPolicy
+from outbox.store import OUTBOX_CHANNEL, delivery
+from outbox.store.delivery import ClaimedEvent, DueLane
 
 log = logging.getLogger("hookrelay.dispatcher")
 # Why an event whose tenant's signing secret does not decrypt is dead-lettered:

@@ -21,8 +21,8 @@ from urllib.parse import urlsplit
 
 import idna
 
-from .errors import InvalidCallbackUrl
-from .prefixes import classify, embedded_ipv4
+from outbox.errors import InvalidCallbackUrl
+from outbox.prefixes import classify, embedded_ipv4
 
 __all__ = ["DEFAULT_PORTS", "canonical_ip", "host_key"]
 

@@ -22,10 +22,10 @@ from typing import Protocol
 import aiohttp
 import httpx
 
-from .dns import DELIVERY_TIMEOUT_S, AiohttpResolver, Resolver
-from .errors import BlockedDestination, LocalFault, TransportError
-from .localfaults import as_local_fault
-from .ssrf import AddressPolicy, GuardedConnector, blocked_reason
+from outbox.dns import DELIVERY_TIMEOUT_S, AiohttpResolver, Resolver
+from outbox.errors import BlockedDestination, LocalFault, TransportError
+from outbox.localfaults import as_local_fault
+from outbox.ssrf import AddressPolicy, GuardedConnector, blocked_reason
 
 USER_AGENT = "hookrelay/0.1 (+https://www.standardwebhooks.com)"
 

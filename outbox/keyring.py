@@ -15,10 +15,10 @@ from datetime import UTC, datetime
 
 import asyncpg
 
-from .crypto import SecretBox
-from .errors import ConfigurationError
-from .signing import Signer
-from .signingkeys import ActiveSecrets, active_secrets
+from outbox.crypto import SecretBox
+from outbox.errors import ConfigurationError
+from outbox.signing import Signer
+from outbox.signingkeys import ActiveSecrets, active_secrets
 
 log = logging.getLogger("hookrelay.keyring")
 

@@ -18,8 +18,8 @@ from typing import Literal
 
 import asyncpg
 
-from .migration_steps import STEPS
-from .store import schema
+from outbox.migration_steps import STEPS
+from outbox.store import schema
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 

@@ -11,9 +11,9 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 
-from .errors import InvalidCallbackUrl
-from .hostkey import host_key
-from .store import hostkeys
+from outbox.errors import InvalidCallbackUrl
+from outbox.hostkey import host_key
+from outbox.store import hostkeys
 
 Step = Callable[[asyncpg.Connection], Awaitable[None]]
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import asyncpg
 
-from .deadletters import replay_batch, replay_matching, replay_one
-from .models import iso
-from .store import console as store
-from .store.console import AuditEntry, EventView, MinuteCount, Overview
-from .store.deadletters import DeadLetterFilter
+from outbox.deadletters import replay_batch, replay_matching, replay_one
+from outbox.models import iso
+from outbox.store import console as store
+from outbox.store.console import AuditEntry, EventView, MinuteCount, Overview
+from outbox.store.deadletters import DeadLetterFilter
 
 NO_REASON = "(no reason given)"
 

@@ -14,12 +14,20 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
-from . import ids
-from .errors import InvalidTransition, TaskNotFound
-from .hostkey import host_key
-from .models import LIVE_STATUSES, TERMINAL_STATUSES, EventId, Task, TaskStatus, TerminalStatus, iso
-from .store import events, tasks
-from .store.steps import Plan, Step
+from outbox import ids
+from outbox.errors import InvalidTransition, TaskNotFound
+from outbox.hostkey import host_key
+from outbox.models import (
+    LIVE_STATUSES,
+    TERMINAL_STATUSES,
+    EventId,
+    Task,
+    TaskStatus,
+    TerminalStatus,
+    iso,
+)
+from outbox.store import events, tasks
+from outbox.store.steps import Plan, Step
 
 __all__ = [
     "TimeoutReason",

@@ -14,14 +14,14 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from .errors import InvalidTransition, ProgressBackwards, TaskNotFound
-from .models import Task
-from .store import tasks
-from .store.drivers import run
-from .store.steps import Plan
+from outbox.errors import InvalidTransition, ProgressBackwards, TaskNotFound
+from outbox.models import Task
+from outbox.store import tasks
+from outbox.store.drivers import run
+from outbox.store.steps import Plan
 
 if TYPE_CHECKING:
-    from .transitions import Connection
+    from outbox.transitions import Connection
 
 MAX_MESSAGE = 1000
 

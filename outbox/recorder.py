@@ -16,11 +16,11 @@ from itertools import groupby
 
 import asyncpg
 
-from .circuit import BreakerPolicy
-from .db import TRANSIENT_ERRORS
-from .delivery import AttemptResult
-from .metrics import ATTEMPT_SECONDS, DELIVERIES
-from .store.delivery import OutcomeRow, record_outcomes
+from outbox.circuit import BreakerPolicy
+from outbox.db import TRANSIENT_ERRORS
+from outbox.delivery import AttemptResult
+from outbox.metrics import ATTEMPT_SECONDS, DELIVERIES
+from outbox.store.delivery import OutcomeRow, record_outcomes
 
 log = logging.getLogger("hookrelay.dispatcher")
 

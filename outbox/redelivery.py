@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncpg
 
-from .errors import AlreadyPending, NotTerminal, TaskNotFound
-from .models import Attempt, Task
-from .requeue import OutboxEvent, put_back
-from .store import events, tasks
-from .transitions import destination_host, event_body
+from outbox.errors import AlreadyPending, NotTerminal, TaskNotFound
+from outbox.models import Attempt, Task
+from outbox.requeue import OutboxEvent, put_back
+from outbox.store import events, tasks
+from outbox.transitions import destination_host, event_body
 
 __all__ = ["AlreadyPending", "attempts", "redeliver"]
 

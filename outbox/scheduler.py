@@ -40,7 +40,7 @@ from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from .store.delivery import ClaimedEvent, DueLane
+from outbox.store.delivery import ClaimedEvent, DueLane
 
 Lane = tuple[str, str]  # (host, tenant_id)
 K = TypeVar("K")

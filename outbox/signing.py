@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from . import ed25519
-from .errors import ConfigurationError, SignatureError
+from outbox import ed25519
+from outbox.errors import ConfigurationError, SignatureError
 
 SECRET_PREFIX = "whsec_"
 SIGNATURE_VERSION = "v1"

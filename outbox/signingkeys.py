@@ -13,13 +13,13 @@ from datetime import datetime
 
 import asyncpg
 
-from .crypto import SecretBox
-from .ed25519 import generate_keypair
-from .errors import TenantNotFound
-from .models import SignatureScheme
-from .signing import generate_secret
-from .store import tenants as store
-from .store.tenants import SigningKeyRow
+from outbox.crypto import SecretBox
+from outbox.ed25519 import generate_keypair
+from outbox.errors import TenantNotFound
+from outbox.models import SignatureScheme
+from outbox.signing import generate_secret
+from outbox.store import tenants as store
+from outbox.store.tenants import SigningKeyRow
 
 __all__ = [
     "ActiveSecrets",

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from .db import TRANSIENT_ERRORS
-from .retention import purge
-from .store import changes, tasks
-from .transitions import timeout_task
+from outbox.db import TRANSIENT_ERRORS
+from outbox.retention import purge
+from outbox.store import changes, tasks
+from outbox.transitions import timeout_task
 
 log = logging.getLogger("hookrelay.sweeper")
 BATCH = 500

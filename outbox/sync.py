@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from .models import Task, TerminalStatus
-from .plans import TimeoutReason, complete_plan, start_plan, timeout_plan
-from .progress import progress_plan
-from .store.drivers import run_sync
+from outbox.models import Task, TerminalStatus
+from outbox.plans import TimeoutReason, complete_plan, start_plan, timeout_plan
+from outbox.progress import progress_plan
+from outbox.store.drivers import run_sync
 
 if TYPE_CHECKING:
     import psycopg

@@ -8,10 +8,10 @@ from typing import Any
 
 import asyncpg
 
-from . import ids
-from .errors import IdempotencyInFlight, IdempotencyKeyReused
-from .models import Task, TaskId
-from .store import tasks as store
+from outbox import ids
+from outbox.errors import IdempotencyInFlight, IdempotencyKeyReused
+from outbox.models import Task, TaskId
+from outbox.store import tasks as store
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,11 +14,11 @@ from typing import Any
 
 import asyncpg
 
-from . import ids
-from .crypto import SecretBox
-from .errors import TenantNotFound
-from .models import SignatureScheme, TenantId
-from .signingkeys import (
+from outbox import ids
+from outbox.crypto import SecretBox
+from outbox.errors import TenantNotFound
+from outbox.models import SignatureScheme, TenantId
+from outbox.signingkeys import (
     ActiveSecrets,
     NewKeys,
     SigningKeyRow,
@@ -27,7 +27,7 @@ from .signingkeys import (
     rotate_secret,
     signing_keys,
 )
-from .store import tenants as store
+from outbox.store import tenants as store
 
 __all__ = [
     "ActiveSecrets",

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from .models import TERMINAL_STATUSES, Task, TerminalStatus
-from .plans import (
+from outbox.models import TERMINAL_STATUSES, Task, TerminalStatus
+from outbox.plans import (
     TimeoutReason,
     complete_plan,
     destination_host,
@@ -28,7 +28,7 @@ from .plans import (
     start_plan,
     timeout_plan,
 )
-from .store.drivers import run
+from outbox.store.drivers import run
 
 if TYPE_CHECKING:
     import asyncpg

@@ -13,13 +13,12 @@ from starlette.routing import Route
 
 from outbox.db import create_pool
 from outbox.dns import Resolver
-
-from . import console, openapi
-from .auth import KeyCache, revocations
-from .console.security import SignInThrottle
-from .errors import HANDLERS
-from .guard import GuardMiddleware
-from .routes import (
+from service import console, openapi
+from service.auth import KeyCache, revocations
+from service.console.security import SignInThrottle
+from service.errors import HANDLERS
+from service.guard import GuardMiddleware
+from service.routes import (
     admin,
     deadletters,
     destinations,
@@ -32,10 +31,10 @@ from .routes import (
     testevents,
     ws,
 )
-from .runtime import Runtime
-from .signals import Signals
-from .streams import StreamHub
-from .watcher import TaskWatcher
+from service.runtime import Runtime
+from service.signals import Signals
+from service.streams import StreamHub
+from service.watcher import TaskWatcher
 
 log = logging.getLogger("hookrelay.api")
 

@@ -12,8 +12,7 @@ from starlette.requests import HTTPConnection, Request
 from outbox.listener import Listener
 from outbox.store import KEYS_CHANNEL
 from outbox.tenants import authenticate, hash_api_key
-
-from .errors import Forbidden, Unauthorized
+from service.errors import Forbidden, Unauthorized
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,8 +7,8 @@ from typing import Any
 
 from starlette.requests import Request
 
-from .errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
-from .guard import check_json, finite_float
+from service.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
+from service.guard import check_json, finite_float
 
 
 def _reject_constant(name: str) -> Any:

@@ -8,8 +8,7 @@ from urllib.parse import urlsplit
 from outbox.dns import Resolver
 from outbox.errors import BlockedDestination, InvalidCallbackUrl, LookupFailed, PlainHttpRefused
 from outbox.ssrf import AddressPolicy, guard_target
-
-from .errors import Unprocessable
+from service.errors import Unprocessable
 
 
 async def check_callback_url(url: Any, policy: AddressPolicy, resolver: Resolver) -> str:

@@ -13,12 +13,20 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any, NoReturn
 
 from outbox.db import create_pool
-
-from . import commands, database_cli, deadletters_cli, failures, listen, logs, serving, tenants_cli
-from .runtime import Runtime, absolute, open_dsn, prepare
-from .settings import Settings
-from .startup import open_database
-from .terminal import fail, one_line
+from service import (
+    commands,
+    database_cli,
+    deadletters_cli,
+    failures,
+    listen,
+    logs,
+    serving,
+    tenants_cli,
+)
+from service.runtime import Runtime, absolute, open_dsn, prepare
+from service.settings import Settings
+from service.startup import open_database
+from service.terminal import fail, one_line
 
 log = logging.getLogger("hookrelay")
 SERVICES = frozenset({"serve", "api", "dispatch"})

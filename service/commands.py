@@ -12,15 +12,14 @@ from starlette.applications import Starlette
 
 from outbox.db import create_pool
 from outbox.sweeper import sweeping
-
-from . import lifecycle, serving
-from .app import create_app
-from .lifecycle import Stopped, Stopping
-from .runtime import Runtime, prepare
-from .settings import Settings
-from .startup import open_database
-from .terminal import printable
-from .workers import dispatcher_background, make_dispatcher, sweeper_background
+from service import lifecycle, serving
+from service.app import create_app
+from service.lifecycle import Stopped, Stopping
+from service.runtime import Runtime, prepare
+from service.settings import Settings
+from service.startup import open_database
+from service.terminal import printable
+from service.workers import dispatcher_background, make_dispatcher, sweeper_background
 
 log = logging.getLogger("hookrelay")
 

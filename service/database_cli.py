@@ -13,9 +13,8 @@ from outbox.db import create_pool
 from outbox.errors import ConfigurationError
 from outbox.masterkey import rotate
 from outbox.migrate import status
-
-from .runtime import Runtime
-from .startup import open_database
+from service.runtime import Runtime
+from service.startup import open_database
 
 NEW_KEY_VAR = "HOOKRELAY_NEW_MASTER_KEY"
 

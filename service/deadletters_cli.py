@@ -19,9 +19,8 @@ from outbox.deadletters import (
 from outbox.errors import OutboxError
 from outbox.models import iso
 from outbox.ops import NO_REASON, bulk_replay, replay_audited
-
-from .terminal import printable
-from .validation import timestamp
+from service.terminal import printable
+from service.validation import timestamp
 
 PAGE = 1000
 

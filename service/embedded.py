@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from outbox.errors import DatabaseUnavailable
-
-from . import recovery
+from service import recovery
 
 log = logging.getLogger("hookrelay.embedded")
 LOG_FILE = "embedded-postgres.log"

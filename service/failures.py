@@ -12,9 +12,8 @@ from __future__ import annotations
 import asyncpg
 
 from outbox.errors import ConfigurationError, DatabaseUnavailable, OutboxError
-
-from .errors import ApiError
-from .settings import SettingsError
+from service.errors import ApiError
+from service.settings import SettingsError
 
 CONFIG = 2
 FAILURE = 1

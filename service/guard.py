@@ -18,7 +18,7 @@ from urllib.parse import unquote_to_bytes
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .errors import BadRequest, Unprocessable, error_response
+from service.errors import BadRequest, Unprocessable, error_response
 
 MAX_DEPTH = 32
 _INT = re.compile(r"[0-9]{1,18}")

@@ -18,8 +18,7 @@ import asyncpg
 
 from outbox.models import Task
 from outbox.tasks import Cursor, list_tasks
-
-from .errors import BadRequest
+from service.errors import BadRequest
 
 CHUNK_ROWS = 20
 # Every top-level field of the task resource; id and updatedAt always come back,

@@ -16,10 +16,9 @@ from pathlib import Path
 
 from outbox.crypto import KEY_FILE, SecretBox, load_or_create_master_key, parse_master_key
 from outbox.errors import ConfigurationError
-
-from . import embedded
-from .embedded import Embedded
-from .settings import Settings
+from service import embedded
+from service.embedded import Embedded
+from service.settings import Settings
 
 log = logging.getLogger("hookrelay")
 ADMIN_TOKEN_FILE = "admin-token"

@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 import uvicorn
 
-from .guard import MAX_HEADER_BYTES
-from .protocol import protocol_class
+from service.guard import MAX_HEADER_BYTES
+from service.protocol import protocol_class
 
 T = TypeVar("T")
 log = logging.getLogger("hookrelay")

@@ -25,10 +25,9 @@ from collections.abc import Callable
 import asyncpg
 
 from outbox.store import events
-
-from .coalesce import Coalesced
-from .streams import StreamHub
-from .watcher import TaskWatcher
+from service.coalesce import Coalesced
+from service.streams import StreamHub
+from service.watcher import TaskWatcher
 
 log = logging.getLogger("hookrelay.signals")
 

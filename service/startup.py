@@ -15,8 +15,7 @@ from outbox.db import create_pool
 from outbox.errors import ConfigurationError
 from outbox.masterkey import MasterKeyMismatch, verify_or_record
 from outbox.migrate import migrate
-
-from .runtime import Runtime
+from service.runtime import Runtime
 
 log = logging.getLogger("hookrelay")
 

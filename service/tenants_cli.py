@@ -10,9 +10,8 @@ import asyncpg
 
 from outbox.models import SignatureScheme, iso
 from outbox.tenants import create_tenant, list_tenants, rotate_api_key
-
-from .runtime import Runtime
-from .terminal import printable
+from service.runtime import Runtime
+from service.terminal import printable
 
 PAGE = 1000
 

@@ -15,10 +15,9 @@ from outbox.progress import check_progress
 from outbox.ssrf import AddressPolicy
 from outbox.tasks import Cursor, NewTask
 from outbox.transitions import TERMINAL_STATUSES, TerminalStatus
-
-from . import guard
-from .callback_url import check_callback_url
-from .errors import BadRequest, Unprocessable
+from service import guard
+from service.callback_url import check_callback_url
+from service.errors import BadRequest, Unprocessable
 
 # Matched with fullmatch: "$" would let a trailing newline through.
 TYPE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,99}")

@@ -24,10 +24,9 @@ from outbox.delivery import AttemptLimits
 from outbox.dispatcher import Dispatcher, DispatcherConfig
 from outbox.http import build_sender
 from outbox.sweeper import sweeping
-
-from . import serving
-from .runtime import Runtime
-from .signals import Signals
+from service import serving
+from service.runtime import Runtime
+from service.signals import Signals
 
 
 def dispatcher_config(runtime: Runtime) -> DispatcherConfig:

@@ -23,12 +23,11 @@ from outbox.db import TRANSIENT_ERRORS
 from outbox.errors import DatabaseUnavailable
 from outbox.models import iso
 from outbox.store import changes
-
-from . import ws_messages as msg
-from .errors import ApiError, BadRequest, ServiceUnavailable, Unprocessable
-from .streams.changes import Change, Reset
-from .streams.hub import StreamHub
-from .streams.subscription import Subscription
+from service import ws_messages as msg
+from service.errors import ApiError, BadRequest, ServiceUnavailable, Unprocessable
+from service.streams.changes import Change, Reset
+from service.streams.hub import StreamHub
+from service.streams.subscription import Subscription
 
 log = logging.getLogger("hookrelay.api")
 # The database away: the client is told, the socket stays.

@@ -31,9 +31,8 @@ from service import embedded, lifecycle, serving
 from service.app import create_app
 from service.runtime import Runtime
 from service.settings import Settings
-
-from .receiver import Receiver
-from .support import (
+from tests.receiver import Receiver
+from tests.support import (
     ADMIN,
     ADMIN_TOKEN,
     ROOT,

@@ -8,8 +8,7 @@ import httpx
 import pytest
 
 from service.auth import KeyCache
-
-from .support import bearer
+from tests.support import bearer
 
 pytestmark = pytest.mark.anyio
 
@@ -77,7 +76,7 @@ ANYONE = ["/healthz", "/readyz", "/openapi.json"]
 
 
 def _credentials(tenant: dict[str, Any], other: dict[str, Any]) -> dict[str, dict[str, str]]:
-    from .support import ADMIN
+    from tests.support import ADMIN
 
     return {
         "none": {},

@@ -9,9 +9,8 @@ import pytest
 from aiohttp import web
 
 from outbox.dispatcher import running
-
-from .receiver import Receiver
-from .support import ADMIN, backlog, bearer, dispatcher, eventually, wait_drained
+from tests.receiver import Receiver
+from tests.support import ADMIN, backlog, bearer, dispatcher, eventually, wait_drained
 
 pytestmark = pytest.mark.anyio
 

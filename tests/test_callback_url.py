@@ -11,8 +11,7 @@ from outbox.errors import LookupFailed
 from outbox.ssrf import AddressPolicy
 from service.callback_url import check_callback_url
 from service.errors import Unprocessable
-
-from .support import bearer
+from tests.support import bearer
 
 pytestmark = pytest.mark.anyio
 

@@ -16,8 +16,7 @@ import pytest
 
 from outbox.db import apply_schema
 from outbox.tenants import active_secrets, authenticate
-
-from .support import (
+from tests.support import (
     ROOT,
     backlog,
     cli_env,
@@ -75,9 +74,8 @@ async def test_dead_letters_cli_session(pool, runtime, dsn) -> None:
     from aiohttp import web
 
     from outbox.dispatcher import running
-
-    from .receiver import Receiver
-    from .support import backlog, dispatcher, wait_drained
+    from tests.receiver import Receiver
+    from tests.support import backlog, dispatcher, wait_drained
 
     async def down(request: web.Request, rx: Receiver) -> web.StreamResponse:
         return web.Response(status=500)

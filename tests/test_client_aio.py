@@ -24,8 +24,7 @@ from hookrelay.client import (
 )
 from hookrelay.receiver import verify
 from outbox.store import changes
-
-from .support import ADMIN_TOKEN, LosingProxy, ServeProcess, WebhookSink, eventually
+from tests.support import ADMIN_TOKEN, LosingProxy, ServeProcess, WebhookSink, eventually
 
 pytestmark = pytest.mark.anyio
 HOOK = "http://127.0.0.1:9/hook"

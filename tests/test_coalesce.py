@@ -8,8 +8,7 @@ import pytest
 
 from service import coalesce
 from service.coalesce import Coalesced
-
-from .support import eventually
+from tests.support import eventually
 
 pytestmark = pytest.mark.anyio
 

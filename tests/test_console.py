@@ -15,15 +15,8 @@ from outbox.ops import preview_replay
 from outbox.store.deadletters import DeadLetterFilter
 from outbox.tenants import create_tenant
 from service.console.security import HEADERS, SignInThrottle
-
-from .receiver import failing_until_healthy
-from .support import (
-    ADMIN_TOKEN,
-    bearer,
-    dead_letters_of_two_tenants,
-    dispatcher,
-    wait_drained,
-)
+from tests.receiver import failing_until_healthy
+from tests.support import ADMIN_TOKEN, bearer, dead_letters_of_two_tenants, dispatcher, wait_drained
 
 pytestmark = pytest.mark.anyio
 ORIGIN = {"Origin": "http://hookrelay.test"}

@@ -9,9 +9,8 @@ import pytest
 from outbox.deadletters import DeadLetterFilter, replay_batch
 from outbox.dispatcher import running
 from outbox.models import EventId
-
-from .receiver import failing_until_healthy
-from .support import ADMIN, bearer, dead_letters_of_two_tenants, dispatcher, wait_drained
+from tests.receiver import failing_until_healthy
+from tests.support import ADMIN, bearer, dead_letters_of_two_tenants, dispatcher, wait_drained
 
 pytestmark = pytest.mark.anyio
 

@@ -21,9 +21,8 @@ from outbox.errors import SignatureError
 from outbox.signing import verify
 from outbox.store import delivery
 from outbox.tenants import rotate_secret
-
-from .receiver import Receiver
-from .support import backlog, claim_due, dispatcher, eventually, v1_secret, wait_drained
+from tests.receiver import Receiver
+from tests.support import backlog, claim_due, dispatcher, eventually, v1_secret, wait_drained
 
 pytestmark = pytest.mark.anyio
 

@@ -12,9 +12,8 @@ from outbox.dns import Resolver
 from outbox.errors import BlockedDestination, LocalFault, LookupFailed
 from outbox.http import AiohttpSender
 from outbox.ssrf import AddressPolicy
-
-from .fakedns import FakeDns
-from .receiver import Receiver
+from tests.fakedns import FakeDns
+from tests.receiver import Receiver
 
 pytestmark = pytest.mark.anyio
 

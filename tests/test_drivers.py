@@ -30,9 +30,8 @@ from outbox.errors import (
 from outbox.store.drivers import async_driver
 from outbox.tasks import NewTask, create_task
 from outbox.tenants import create_tenant
-
-from .executors import BORROWED, KINDS, executors
-from .support import dispatcher, eventually
+from tests.executors import BORROWED, KINDS, executors
+from tests.support import dispatcher, eventually
 
 pytestmark = pytest.mark.anyio
 HOOK = "http://127.0.0.1:9/hook"

@@ -22,8 +22,7 @@ from service.app import create_app
 from service.openapi import spec
 from service.runtime import Runtime
 from service.settings import Settings
-
-from .support import ADMIN, bearer
+from tests.support import ADMIN, bearer
 
 pytestmark = pytest.mark.anyio
 
@@ -74,7 +73,7 @@ async def env(server_dsn: str, template_db: str, tmp_path_factory: Any) -> Any:
     before it could write, and a database per case made the module take minutes."""
     from dataclasses import replace
 
-    from .support import ADMIN_TOKEN, with_database
+    from tests.support import ADMIN_TOKEN, with_database
 
     name = f"hookrelay_guard_{uuid.uuid4().hex[:10]}"
     conn = await asyncpg.connect(server_dsn)

@@ -12,8 +12,7 @@ from outbox.errors import SignatureError
 from outbox.keyring import Keyring
 from outbox.signing import Signer, verify
 from outbox.tenants import NewTenant, create_tenant, rotate_secret
-
-from .support import backlog, dispatcher, eventually, v1_secret
+from tests.support import backlog, dispatcher, eventually, v1_secret
 
 pytestmark = pytest.mark.anyio
 

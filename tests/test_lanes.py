@@ -13,9 +13,8 @@ from aiohttp import web
 
 from outbox.dispatcher import running
 from outbox.store import delivery
-
-from .receiver import Receiver
-from .support import backlog, dispatcher, eventually, wait_drained
+from tests.receiver import Receiver
+from tests.support import backlog, dispatcher, eventually, wait_drained
 
 pytestmark = pytest.mark.anyio
 

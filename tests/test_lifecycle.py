@@ -21,9 +21,8 @@ import pytest
 from aiohttp import web
 
 from service.recovery import servers_for
-
-from .receiver import Receiver
-from .support import ADMIN_TOKEN, ROOT, bearer, free_port
+from tests.receiver import Receiver
+from tests.support import ADMIN_TOKEN, ROOT, bearer, free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 ADMIN = bearer(ADMIN_TOKEN)

@@ -13,9 +13,8 @@ import httpx
 import pytest
 
 from outbox import ed25519, signing
-
-from .receiver import Receiver
-from .support import (
+from tests.receiver import Receiver
+from tests.support import (
     ADMIN,
     ROOT,
     bearer,

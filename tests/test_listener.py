@@ -10,8 +10,7 @@ import pytest
 
 from outbox.dispatcher import running
 from outbox.listener import Listener
-
-from .support import backlog, dispatcher, eventually, wait_drained
+from tests.support import backlog, dispatcher, eventually, wait_drained
 
 pytestmark = pytest.mark.anyio
 KILL_OTHERS = (

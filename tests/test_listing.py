@@ -7,8 +7,7 @@ from dataclasses import replace
 import pytest
 
 from service.settings import Settings
-
-from .support import bearer
+from tests.support import bearer
 
 pytestmark = pytest.mark.anyio
 

@@ -18,8 +18,7 @@ from outbox.localfaults import as_local_fault
 from outbox.metrics import LOCAL_FAULTS
 from outbox.ssrf import AddressPolicy
 from service.workers import dispatcher_config, make_dispatcher
-
-from .support import backlog, eventually, wait_drained
+from tests.support import backlog, eventually, wait_drained
 
 pytestmark = pytest.mark.anyio
 

@@ -9,8 +9,7 @@ import pytest
 
 from outbox.dispatcher import running
 from service.logs import JsonFormatter
-
-from .support import ADMIN, ADMIN_TOKEN, bearer, dispatcher, wait_drained
+from tests.support import ADMIN, ADMIN_TOKEN, bearer, dispatcher, wait_drained
 
 pytestmark = pytest.mark.anyio
 

@@ -18,8 +18,7 @@ from outbox.errors import ConfigurationError
 from outbox.masterkey import MasterKeyMismatch, recorded_key_id, verify_or_record
 from outbox.tasks import NewTask, create_task
 from outbox.tenants import active_secrets, create_tenant
-
-from .support import (
+from tests.support import (
     backlog,
     cli_env,
     dispatcher,

@@ -19,8 +19,7 @@ from outbox.dispatcher import running
 from outbox.migrate import migrate, migrations, status
 from outbox.signing import generate_secret
 from outbox.tenants import hash_api_key
-
-from .support import ROOT, cli_env, dispatcher, run_cli, wait_drained, with_database
+from tests.support import ROOT, cli_env, dispatcher, run_cli, wait_drained, with_database
 
 pytestmark = pytest.mark.anyio
 

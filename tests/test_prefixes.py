@@ -9,9 +9,8 @@ import pytest
 
 from outbox.prefixes import PREFIXES, classify, embedded_ipv4
 from outbox.ssrf import AddressPolicy, GuardedConnector, blocked_reason
-
-from .support import bearer
-from .test_ssrf import StaticResolver
+from tests.support import bearer
+from tests.test_ssrf import StaticResolver
 
 pytestmark = pytest.mark.anyio
 

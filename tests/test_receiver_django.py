@@ -11,8 +11,7 @@ from django.urls import path
 from hookrelay.receiver import WebhookEvent
 from hookrelay.receiver.django import webhook
 from outbox.signing import generate_secret
-
-from .test_receiver import BODY, signed
+from tests.test_receiver import BODY, signed
 
 SECRET = generate_secret()
 got: list[str] = []

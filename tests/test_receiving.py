@@ -19,8 +19,7 @@ import httpx
 import pytest
 
 from outbox.signing import Signer, generate_secret
-
-from .support import ROOT, free_port, wait_for_port
+from tests.support import ROOT, free_port, wait_for_port
 
 pytestmark = pytest.mark.anyio
 

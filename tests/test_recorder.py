@@ -21,8 +21,7 @@ from outbox.delivery import AttemptResult
 from outbox.models import Outcome
 from outbox.recorder import Recorder
 from outbox.store.delivery import ClaimedEvent
-
-from .support import backlog, claim_due, eventually
+from tests.support import backlog, claim_due, eventually
 
 pytestmark = pytest.mark.anyio
 

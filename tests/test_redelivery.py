@@ -6,9 +6,8 @@ import pytest
 from aiohttp import web
 
 from outbox.dispatcher import running
-
-from .receiver import Receiver
-from .support import ADMIN, bearer, dispatcher, wait_drained
+from tests.receiver import Receiver
+from tests.support import ADMIN, bearer, dispatcher, wait_drained
 
 pytestmark = pytest.mark.anyio
 

@@ -8,8 +8,7 @@ from outbox import retention
 from outbox.retention import purge
 from outbox.tenants import create_tenant
 from outbox.testevents import send_test_event
-
-from .support import backlog
+from tests.support import backlog
 
 pytestmark = pytest.mark.anyio
 

@@ -10,8 +10,7 @@ import pytest
 
 from outbox.tenants import active_secrets, hash_api_key
 from service.app import create_app
-
-from .support import ADMIN, bearer, eventually, v1_secret
+from tests.support import ADMIN, bearer, eventually, v1_secret
 
 pytestmark = pytest.mark.anyio
 

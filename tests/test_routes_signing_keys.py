@@ -13,9 +13,8 @@ from outbox.dispatcher import running
 from outbox.tasks import NewTask, create_task
 from outbox.tenants import active_secrets
 from outbox.transitions import complete_task
-
-from .support import ADMIN, bearer, dispatcher
-from .test_ed25519 import nacl_verify
+from tests.support import ADMIN, bearer, dispatcher
+from tests.test_ed25519 import nacl_verify
 
 pytestmark = pytest.mark.anyio
 

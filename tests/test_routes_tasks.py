@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from .support import ADMIN, bearer
+from tests.support import ADMIN, bearer
 
 pytestmark = pytest.mark.anyio
 HOOK = "http://127.0.0.1:9/hook"

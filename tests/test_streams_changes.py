@@ -11,8 +11,7 @@ from outbox import complete_task, report_progress, start_task
 from outbox.store import CHANGES_CHANNEL, OUTBOX_CHANNEL, TASKS_CHANNEL, changes
 from outbox.tasks import NewTask, create_task
 from outbox.tenants import create_tenant
-
-from .support import dispatcher, eventually, wait_drained
+from tests.support import dispatcher, eventually, wait_drained
 
 pytestmark = pytest.mark.anyio
 

@@ -13,8 +13,7 @@ from outbox.tasks import NewTask, create_task
 from outbox.tenants import create_tenant
 from service.streams import Change, Reset, StreamHub, TooManyStreams
 from service.streams import hub as hub_module
-
-from .support import eventually, purge_changes
+from tests.support import eventually, purge_changes
 
 pytestmark = pytest.mark.anyio
 HOOK = "http://127.0.0.1:9/hook"

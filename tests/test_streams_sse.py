@@ -14,8 +14,7 @@ import pytest
 
 from service import lifecycle, serving
 from service.app import create_app
-
-from .support import ADMIN, bearer, eventually, free_port, purge_changes
+from tests.support import ADMIN, bearer, eventually, free_port, purge_changes
 
 pytestmark = pytest.mark.anyio
 HOOK = "http://127.0.0.1:9/hook"

@@ -15,8 +15,7 @@ from outbox.sweeper import run as sweeper_run
 from outbox.sweeper import sweep_once, sweeping
 from outbox.tasks import NewTask, create_task
 from outbox.tenants import create_tenant
-
-from .support import eventually
+from tests.support import eventually
 
 pytestmark = pytest.mark.anyio
 URL = "http://127.0.0.1:9/hook"

@@ -17,9 +17,8 @@ import pytest
 
 from outbox.tasks import NewTask, create_task
 from outbox.tenants import create_tenant
-
-from .executors import sa_url
-from .support import ROOT
+from tests.executors import sa_url
+from tests.support import ROOT
 
 pytestmark = pytest.mark.anyio
 

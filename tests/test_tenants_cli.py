@@ -7,8 +7,7 @@ import json
 import pytest
 
 from outbox.tenants import authenticate
-
-from .support import cli_env, run_cli
+from tests.support import cli_env, run_cli
 
 pytestmark = pytest.mark.anyio
 

@@ -12,9 +12,8 @@ from standardwebhooks.webhooks import Webhook
 from outbox.dispatcher import running
 from outbox.tasks import NewTask, create_task
 from outbox.transitions import complete_task
-
-from .receiver import Receiver
-from .support import ADMIN, bearer, dispatcher, wait_drained
+from tests.receiver import Receiver
+from tests.support import ADMIN, bearer, dispatcher, wait_drained
 
 pytestmark = pytest.mark.anyio
 

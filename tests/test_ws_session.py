@@ -17,9 +17,8 @@ from websockets.asyncio.client import connect
 from outbox import report_progress, start_task
 from outbox.tasks import NewTask, create_task
 from service import ws_messages as msg
-
-from .support import ADMIN, eventually, purge_changes
-from .test_ws import closed_with, new_tenant, recv
+from tests.support import ADMIN, eventually, purge_changes
+from tests.test_ws import closed_with, new_tenant, recv
 
 pytestmark = pytest.mark.anyio
 

@@ -23,7 +23,7 @@ drivers run on asyncpg, psycopg 3 or SQLAlchemy. One module per area:
   extras); :mod:`.via_sqlalchemy_async` the async SQLAlchemy one (it needs greenlet)
 """
 
-from . import (
+from outbox.store import (
     changes,
     deadletters,
     delivery,
@@ -35,9 +35,9 @@ from . import (
     tasks,
     tenants,
 )
-from .changes import CHANGES_CHANNEL
-from .events import OUTBOX_CHANNEL, TASKS_CHANNEL
-from .tenants import KEYS_CHANNEL
+from outbox.store.changes import CHANGES_CHANNEL
+from outbox.store.events import OUTBOX_CHANNEL, TASKS_CHANNEL
+from outbox.store.tenants import KEYS_CHANNEL
 
 __all__ = [
     "CHANGES_CHANNEL",

@@ -21,8 +21,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any, Protocol, TypeVar, cast
 
-from ..errors import DatabaseUnavailable
-from .steps import Plan, Row, Step
+from outbox.errors import DatabaseUnavailable
+from outbox.store.steps import Plan, Row, Step
 
 T = TypeVar("T")
 
@@ -167,11 +167,11 @@ def _pick(cls: type, *, sync: bool) -> Callable[[Any], Any]:
     if kind == "asyncpg" and not sync:
         return AsyncpgDriver
     if kind == "psycopg":
-        from . import via_psycopg
+        from outbox.store import via_psycopg
 
         make = via_psycopg.driver_for(cls, sync=sync)
     elif kind == "sqlalchemy":
-        from . import via_sqlalchemy
+        from outbox.store import via_sqlalchemy
 
         make = via_sqlalchemy.driver_for(cls, sync=sync)
     else:

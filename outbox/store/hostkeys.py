@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from .._queries import sql
+from outbox._queries import sql
 
 _DESTINATION_URLS = sql("destination_urls")
 _REKEY_OUTBOX = sql("rekey_outbox")

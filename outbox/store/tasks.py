@@ -14,11 +14,11 @@ from typing import Any
 
 import asyncpg
 
-from .._queries import sql
-from ..errors import IdempotencyInFlight
-from ..models import LIVE_STATUSES, EventId, Task, TaskId, TaskStatus
-from .events import TASKS_CHANNEL
-from .steps import Step
+from outbox._queries import sql
+from outbox.errors import IdempotencyInFlight
+from outbox.models import LIVE_STATUSES, EventId, Task, TaskId, TaskStatus
+from outbox.store.events import TASKS_CHANNEL
+from outbox.store.steps import Step
 
 _INSERT_TASK = sql("insert_task")
 _INSERT_TASK_KEYED = sql("insert_task_keyed")

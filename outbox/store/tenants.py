@@ -8,8 +8,8 @@ from datetime import datetime
 
 import asyncpg
 
-from .._queries import sql
-from ..models import KeyScheme, SignatureScheme, TenantId
+from outbox._queries import sql
+from outbox.models import KeyScheme, SignatureScheme, TenantId
 
 _INSERT_TENANT = sql("insert_tenant")
 _INSERT_SECRET = sql("insert_secret")

@@ -19,7 +19,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from .steps import Row, Step
+from outbox.store.steps import Row, Step
 
 _LOST = (psycopg.OperationalError, psycopg.InterfaceError)
 

@@ -24,8 +24,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from .drivers import AsyncDriver, AsyncpgDriver, SyncDriver, family
-from .steps import Row, Step
+from outbox.store.drivers import AsyncDriver, AsyncpgDriver, SyncDriver, family
+from outbox.store.steps import Row, Step
 
 _DIALECTS = "use a postgresql+asyncpg:// or postgresql+psycopg:// engine"
 
@@ -35,7 +35,7 @@ def inner_driver(raw: Any, *, sync: bool) -> Any:
     if kind == "asyncpg" and not sync:
         return AsyncpgDriver(raw, borrowed=True)
     if kind == "psycopg":
-        from . import via_psycopg
+        from outbox.store import via_psycopg
 
         found = via_psycopg.wrap(raw, sync=sync)
         if found is not None:
@@ -79,6 +79,6 @@ def driver_for(cls: type, *, sync: bool) -> Callable[[Any], Any] | None:
     """The driver class for SQLAlchemy objects of type ``cls``, or None if not one."""
     if sync:
         return SyncAlchemy if issubclass(cls, Connection | Session) else None
-    from .via_sqlalchemy_async import AsyncAlchemy, AsyncConnection, AsyncSession
+    from outbox.store.via_sqlalchemy_async import AsyncAlchemy, AsyncConnection, AsyncSession
 
     return AsyncAlchemy if issubclass(cls, AsyncConnection | AsyncSession) else None

@@ -12,9 +12,9 @@ from contextlib import asynccontextmanager
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from .drivers import AsyncDriver
-from .steps import Row, Step
-from .via_sqlalchemy import inner_driver, lost
+from outbox.store.drivers import AsyncDriver
+from outbox.store.steps import Row, Step
+from outbox.store.via_sqlalchemy import inner_driver, lost
 
 __all__ = ["AsyncAlchemy", "AsyncConnection", "AsyncSession"]
 

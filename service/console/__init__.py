@@ -20,10 +20,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from outbox.errors import OutboxError
-
-from ..errors import ApiError, answer_for
-from . import pages
-from .security import (
+from service.console import pages
+from service.console.security import (
     SESSION_COOKIE,
     SESSION_MAX_AGE_S,
     FormRejected,
@@ -35,7 +33,8 @@ from .security import (
     sign_in,
     signed_in,
 )
-from .views import page
+from service.console.views import page
+from service.errors import ApiError, answer_for
 
 log = logging.getLogger("hookrelay.ops")
 Handler = Callable[[Request], Awaitable[Response]]

@@ -20,11 +20,10 @@ from outbox.store import console as store
 from outbox.store import destinations as destination_store
 from outbox.tasks import Cursor, get_task
 from outbox.tenants import create_tenant, list_tenants, rotate_api_key, rotate_secret
-
-from .. import validation
-from ..errors import BadRequest
-from .security import FormRejected, check_csrf, read_form
-from .views import age, chart, page, when
+from service import validation
+from service.console.security import FormRejected, check_csrf, read_form
+from service.console.views import age, chart, page, when
+from service.errors import BadRequest
 
 ERROR_CLASSES: tuple[str, ...] = get_args(ErrorClass)
 FILTER_FIELDS = ("tenant", "eventType", "since", "until", "status", "errorClass")

@@ -12,11 +12,10 @@ from outbox.models import SignatureScheme, iso
 from outbox.signingkeys import rotate_secret
 from outbox.tasks import Cursor
 from outbox.tenants import create_tenant, list_tenants, rotate_api_key
-
-from .. import validation
-from ..auth import require_admin
-from ..bodies import read_json
-from ..errors import Unprocessable
+from service import validation
+from service.auth import require_admin
+from service.bodies import read_json
+from service.errors import Unprocessable
 
 MAX_NAME = 200
 

@@ -18,11 +18,10 @@ from outbox.deadletters import (
 )
 from outbox.models import iso
 from outbox.tasks import Cursor
-
-from .. import validation
-from ..auth import require_admin
-from ..bodies import read_json
-from ..errors import Unprocessable
+from service import validation
+from service.auth import require_admin
+from service.bodies import read_json
+from service.errors import Unprocessable
 
 FILTER_FIELDS = {"tenant", "since", "until", "eventType"}
 MAX_REASON = 500

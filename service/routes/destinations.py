@@ -8,9 +8,8 @@ from starlette.routing import Route
 
 from outbox.models import iso
 from outbox.store import destinations
-
-from .. import validation
-from ..auth import require_admin
+from service import validation
+from service.auth import require_admin
 
 
 async def index(request: Request) -> Response:

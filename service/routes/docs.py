@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, Response
 from starlette.routing import Route
 
-from ..errors import NotFound
+from service.errors import NotFound
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 CSS, JS, TEXT = (f"text/{kind}; charset=utf-8" for kind in ("css", "javascript", "plain"))

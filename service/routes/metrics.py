@@ -10,8 +10,7 @@ from starlette.routing import Route
 
 from outbox.store import destinations
 from outbox.store import metrics as gauges
-
-from ..auth import require_metrics_reader
+from service.auth import require_metrics_reader
 
 # A running task this long without a sign of life is probably stuck.
 STUCK_AFTER_S = 600.0

@@ -8,8 +8,7 @@ from starlette.routing import Route
 
 from outbox.models import iso
 from outbox.signingkeys import SigningKeyRow, signing_keys
-
-from ..auth import require_tenant
+from service.auth import require_tenant
 
 
 def _key(row: SigningKeyRow) -> dict[str, object]:

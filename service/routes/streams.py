@@ -16,13 +16,12 @@ from starlette.routing import Route
 from outbox.models import Task
 from outbox.store import changes
 from outbox.tasks import get_task
-
-from .. import guard
-from ..auth import require_tenant
-from ..errors import NotFound
-from ..streams import Change, Reset, StreamHub, Subscription
-from ..streams.changes import render
-from ..streams.sse import EventStream, frame, items, reset_frame, task_frame
+from service import guard
+from service.auth import require_tenant
+from service.errors import NotFound
+from service.streams import Change, Reset, StreamHub, Subscription
+from service.streams.changes import render
+from service.streams.sse import EventStream, frame, items, reset_frame, task_frame
 
 MAX_ID = 2**62  # fits a bigint with room to spare, whatever the client sends
 REPLAY_PAGE = 500

@@ -15,11 +15,10 @@ from outbox import progress as outbox_progress
 from outbox import redelivery, transitions
 from outbox.models import ALL_STATUSES, Task
 from outbox.tasks import Idempotency, create_task, get_task
-
-from .. import listing, validation
-from ..auth import Caller, caller, require_admin, require_tenant
-from ..bodies import read_json
-from ..errors import NotFound, Unprocessable
+from service import listing, validation
+from service.auth import Caller, caller, require_admin, require_tenant
+from service.bodies import read_json
+from service.errors import NotFound, Unprocessable
 
 RETRY_AFTER_S = "1"
 Change = Callable[[asyncpg.Connection, str], Awaitable[Task]]

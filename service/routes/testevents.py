@@ -7,10 +7,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from outbox.testevents import PING, get_test_event, send_test_event
-
-from .. import validation
-from ..auth import require_tenant
-from ..bodies import read_json
+from service import validation
+from service.auth import require_tenant
+from service.bodies import read_json
 
 
 async def create(request: Request) -> Response:

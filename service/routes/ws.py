@@ -19,10 +19,10 @@ from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from .. import ws_messages as msg
-from ..auth import identify
-from ..errors import error_response
-from ..ws_session import UNAVAILABLE, Session
+from service import ws_messages as msg
+from service.auth import identify
+from service.errors import error_response
+from service.ws_session import UNAVAILABLE, Session
 
 log = logging.getLogger("hookrelay.api")
 

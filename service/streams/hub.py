@@ -24,11 +24,10 @@ import asyncpg
 
 from outbox.listener import Listener
 from outbox.store import CHANGES_CHANNEL, TASKS_CHANNEL, changes
-
-from ..coalesce import Coalesced
-from ..errors import ApiError, ServiceUnavailable
-from .changes import Change, Reset
-from .subscription import Subscription
+from service.coalesce import Coalesced
+from service.errors import ApiError, ServiceUnavailable
+from service.streams.changes import Change, Reset
+from service.streams.subscription import Subscription
 
 log = logging.getLogger("hookrelay.streams")
 PAGE = 500  # changes per read of the log

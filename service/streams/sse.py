@@ -18,8 +18,8 @@ import anyio
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from .changes import Change, Reset, render
-from .subscription import Subscription
+from service.streams.changes import Change, Reset, render
+from service.streams.subscription import Subscription
 
 log = logging.getLogger("hookrelay.streams")
 PING = b": ping\n\n"

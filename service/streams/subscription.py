@@ -15,10 +15,10 @@ from collections import deque
 from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING
 
-from .changes import Change, DropReason, Reset
+from service.streams.changes import Change, DropReason, Reset
 
 if TYPE_CHECKING:
-    from .hub import StreamHub
+    from service.streams.hub import StreamHub
 
 
 class Subscription:
