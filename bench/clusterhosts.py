@@ -32,8 +32,8 @@ from bench.common import eventually
 from bench.netns import Host, Network
 from bench.pgnodes import PORT, PgNode, cpu_seconds
 from bench.procs import ROOT, hookrelay, master_key, service_env
-from outbox.crypto import SecretBox
-from outbox.db import apply_schema
+from hookrelay.outbox.keys.at_rest import SecretBox
+from hookrelay.outbox.store.pool import apply_schema
 
 RX_PORT = 9000
 API_PORT = 8000

@@ -19,8 +19,8 @@ import uuid
 import asyncpg
 
 from bench.common import fresh_database, percentile, record, server_dsn, server_facts
-from outbox.scheduler import HOLD_S
-from outbox.store import delivery
+from hookrelay.outbox.dispatch.scheduler import HOLD_S
+from hookrelay.outbox.store import delivery
 
 FILL = """
 WITH stored AS (

@@ -31,8 +31,8 @@ from bench.procs import ROOT, master_key, service_env
 from bench.receipt import bare, through_hookrelay
 from bench.sched import drain_counted, own_cpu_s
 from bench.writepath import measure
-from outbox.crypto import SecretBox
-from outbox.dispatcher import DispatcherConfig
+from hookrelay.outbox.dispatch.dispatcher import DispatcherConfig
+from hookrelay.outbox.keys.at_rest import SecretBox
 
 SECTION = "quick: the regression guard"
 TOLERANCE = 0.25  # a ratio may fall this far below the recorded one

@@ -23,7 +23,7 @@ import asyncpg
 from bench.backlog import fill
 from bench.common import ReceiverProcess, fresh_database, record, seconds_to_drain, server_dsn
 from bench.procs import ROOT, hookrelay, master_key, service_env
-from outbox.crypto import SecretBox
+from hookrelay.outbox.keys.at_rest import SecretBox
 
 
 async def pg_busy_ms(conn: asyncpg.Connection) -> tuple[str, float]:

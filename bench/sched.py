@@ -41,8 +41,8 @@ from bench.common import ReceiverProcess, fresh_database, outbox_empty, record, 
 from bench.e2e import bare_client_limit
 from bench.pgq import pgq_rate
 from bench.procs import ROOT, hookrelay, master_key, service_env
-from outbox.crypto import SecretBox
-from outbox.dispatcher import DispatcherConfig
+from hookrelay.outbox.dispatch.dispatcher import DispatcherConfig
+from hookrelay.outbox.keys.at_rest import SecretBox
 
 PER_HOST = DispatcherConfig.per_host_concurrency
 

@@ -14,8 +14,8 @@ import argparse
 import time
 
 from bench.common import record
-from outbox.ed25519 import generate_keypair
-from outbox.signing import Signer, generate_secret
+from hookrelay.outbox.keys.ed25519 import generate_keypair
+from hookrelay.outbox.keys.signing import Signer, generate_secret
 
 
 def rate(signer: Signer, body: bytes, seconds: float) -> float:

@@ -34,7 +34,7 @@ import httpx
 
 from bench.common import fresh_database, percentile, record, server_dsn
 from bench.procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
-from outbox import report_progress, start_task
+from hookrelay.outbox import report_progress, start_task
 
 KINDS = {"sse": "SSE", "ws": "WebSocket", "lp": "long-poll (baseline)"}
 

@@ -29,7 +29,7 @@ from bench.common import (
     server_facts,
 )
 from bench.procs import master_key, service_env
-from outbox.crypto import SecretBox
+from hookrelay.outbox.keys.at_rest import SecretBox
 
 
 async def one(server: str, key: str, url: str, rows: int, pinned: bool) -> dict[str, Any]:

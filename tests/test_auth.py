@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from service.auth import KeyCache
+from hookrelay.service.api.auth import KeyCache
 from tests.support import bearer
 
 pytestmark = pytest.mark.anyio
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.anyio
 
 def test_cache_expires(monkeypatch: pytest.MonkeyPatch) -> None:
     now = [100.0]
-    monkeypatch.setattr("service.auth.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("hookrelay.service.api.auth.time.monotonic", lambda: now[0])
     cache = KeyCache(ttl_s=30)
     cache.put(b"d", "ten_a")
     assert cache.get(b"d") == "ten_a"
@@ -126,8 +126,8 @@ async def test_public_routes_answer_anyone(
 def test_credentials_are_compared_in_constant_time() -> None:
     import inspect
 
-    from outbox import tenants
-    from service import auth
+    from hookrelay.outbox import tenants
+    from hookrelay.service.api import auth
 
     # Both comparisons of a presented secret go through hmac.compare_digest; the bearer
     # header and the WebSocket's auth message both reach them through auth.identify.
@@ -141,7 +141,7 @@ async def test_metrics_token_reads_metrics_only(
 ) -> None:
     from dataclasses import replace
 
-    from service.app import create_app
+    from hookrelay.service.api.app import create_app
 
     token = "metrics-" + "m" * 20
     rt = replace(runtime, settings=replace(runtime.settings, metrics_token=token))

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 from aiohttp import web
 
-from outbox.dispatcher import running
+from hookrelay.outbox.dispatch.dispatcher import running
 from tests.receiver import Receiver
 from tests.support import ADMIN, backlog, bearer, dispatcher, eventually, wait_drained
 

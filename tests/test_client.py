@@ -24,8 +24,8 @@ from hookrelay.client import (
     Unauthorized,
     WaitTimeout,
 )
+from hookrelay.outbox import sync as executor
 from hookrelay.receiver import verify
-from outbox import sync as executor
 from tests.clientfakes import FakeClock
 from tests.support import (
     ADMIN_TOKEN,

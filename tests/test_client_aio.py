@@ -12,7 +12,7 @@ import asyncpg
 import httpx
 import pytest
 
-import outbox
+from hookrelay import outbox
 from hookrelay.client import (
     AsyncClient,
     Conflict,
@@ -22,8 +22,8 @@ from hookrelay.client import (
     Unauthorized,
     WaitTimeout,
 )
+from hookrelay.outbox.store import changes
 from hookrelay.receiver import verify
-from outbox.store import changes
 from tests.support import ADMIN_TOKEN, LosingProxy, ServeProcess, WebhookSink, eventually
 
 pytestmark = pytest.mark.anyio

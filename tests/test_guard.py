@@ -16,12 +16,12 @@ import asyncpg
 import httpx
 import pytest
 
-from outbox.crypto import SecretBox
-from outbox.db import create_pool
-from service.app import create_app
-from service.openapi import spec
-from service.runtime import Runtime
-from service.settings import Settings
+from hookrelay.outbox.keys.at_rest import SecretBox
+from hookrelay.outbox.store.pool import create_pool
+from hookrelay.service.api.app import create_app
+from hookrelay.service.api.openapi import spec
+from hookrelay.service.server.prerequisites import Runtime
+from hookrelay.service.server.settings import Settings
 from tests.support import ADMIN, bearer
 
 pytestmark = pytest.mark.anyio

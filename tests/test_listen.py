@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from outbox import ed25519, signing
+from hookrelay.outbox.keys import ed25519, signing
 from tests.receiver import Receiver
 from tests.support import (
     ADMIN,
@@ -65,7 +65,7 @@ class Listen:
 async def listen(*args: str) -> AsyncIterator[Listen]:
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "service.cli", "listen", "--port", str(port), *args),
+        *(sys.executable, "-m", "hookrelay.service.cli", "listen", "--port", str(port), *args),
         cwd=ROOT,
         stdout=asyncio.subprocess.PIPE,
     )
@@ -242,7 +242,7 @@ async def test_forward_failure_answers_502(serve) -> None:
 )
 async def test_bad_options_exit_2_with_a_reason(args: list[str], message: str) -> None:
     proc = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "service.cli", "listen", *args),
+        *(sys.executable, "-m", "hookrelay.service.cli", "listen", *args),
         cwd=ROOT,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from service.settings import Settings
+from hookrelay.service.server.settings import Settings
 from tests.support import bearer
 
 pytestmark = pytest.mark.anyio

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from aiohttp import web
 
-from outbox.dispatcher import running
+from hookrelay.outbox.dispatch.dispatcher import running
 from tests.receiver import Receiver
 from tests.support import ADMIN, backlog, dispatcher, eventually, wait_drained
 

@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from outbox import _queries
+from hookrelay.outbox import sql as _queries
 
-STORE = pathlib.Path(_queries.__file__).parent / "store"
+STORE = pathlib.Path(_queries.__file__).parent.parent / "store"
 
 
 def test_blocks_drop_their_comment_and_splice_fragments() -> None:
@@ -32,7 +32,7 @@ def test_a_name_defined_twice_is_refused() -> None:
 
 def test_every_statement_has_a_store_function_and_every_lookup_a_statement() -> None:
     used = set()
-    for path in STORE.glob("*.py"):
+    for path in STORE.rglob("*.py"):
         used |= set(re.findall(r'sql\("(\w+)"\)', path.read_text()))
     assert used == set(_queries.load())
 

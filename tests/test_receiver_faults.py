@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 from aiohttp import web
 
-from outbox.dispatcher import running
+from hookrelay.outbox.dispatch.dispatcher import running
 from tests.receiver import Receiver
 from tests.support import backlog, dispatcher, wait_drained
 

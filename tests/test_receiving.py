@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from outbox.signing import Signer, generate_secret
+from hookrelay.outbox.keys.signing import Signer, generate_secret
 from tests.support import ROOT, free_port, wait_for_port
 
 pytestmark = pytest.mark.anyio

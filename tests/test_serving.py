@@ -7,7 +7,7 @@ import asyncio
 import httpx
 import pytest
 
-from service.serving import run
+from hookrelay.service.server.event_loop import run
 from tests.support import bearer
 
 pytestmark = pytest.mark.anyio

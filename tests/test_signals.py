@@ -8,7 +8,7 @@ import asyncio
 import asyncpg
 import pytest
 
-from outbox.store import OUTBOX_CHANNEL, TASKS_CHANNEL, changes
+from hookrelay.outbox.store import OUTBOX_CHANNEL, TASKS_CHANNEL, changes
 from tests.support import ADMIN, bearer, eventually
 
 pytestmark = pytest.mark.anyio

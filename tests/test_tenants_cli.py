@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from outbox.tenants import authenticate
+from hookrelay.outbox.tenants import authenticate
 from tests.support import cli_env, run_cli
 
 pytestmark = pytest.mark.anyio

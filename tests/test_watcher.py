@@ -8,8 +8,8 @@ import time
 import httpx
 import pytest
 
-from outbox.db import create_pool
-from service.app import create_app
+from hookrelay.outbox.store.pool import create_pool
+from hookrelay.service.api.app import create_app
 from tests.support import ADMIN, bearer, eventually
 
 pytestmark = pytest.mark.anyio

@@ -11,7 +11,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from service import ws_messages as msg
+from hookrelay.service.live import ws_messages as msg
 from tests.support import ADMIN, ADMIN_TOKEN
 
 pytestmark = pytest.mark.anyio

@@ -1,10 +1,11 @@
-"""The host-key migration's statements: stored keys rewritten to ``outbox.hostkey`` form."""
+"""The host-key migration's statements: stored keys rewritten to the form of
+``hookrelay.outbox.dispatch.destinations``."""
 
 from __future__ import annotations
 
 import asyncpg
 
-from outbox._queries import sql
+from hookrelay.outbox.sql import sql
 
 _DESTINATION_URLS = sql("destination_urls")
 _REKEY_OUTBOX = sql("rekey_outbox")

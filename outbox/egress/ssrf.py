@@ -1,0 +1,335 @@
+"""SSRF guard for callback URLs: URL syntax, an address policy, and checking resolvers.
+
+Addresses are matched against an explicit list (``ipaddress``'s ``is_private`` flags
+miss several ranges), after unwrapping any IPv4 address embedded in an IPv6 one by
+the rules of ``hookrelay.outbox.egress.embedded_ipv4``.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import re
+import socket
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import aiohttp
+import idna
+from aiohttp.abc import AbstractResolver, ResolveResult
+
+from hookrelay.outbox.dispatch.destinations import DEFAULT_PORTS
+from hookrelay.outbox.egress.dns import AiohttpResolver, Resolver
+from hookrelay.outbox.egress.embedded_ipv4 import classify, embedded_ipv4
+from hookrelay.outbox.errors import (
+    BlockedDestination,
+    ConfigurationError,
+    InvalidCallbackUrl,
+    PlainHttpRefused,
+)
+
+if TYPE_CHECKING:
+    from aiohttp.tracing import Trace
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+BLOCKED_NETWORKS: tuple[IPNetwork, ...] = tuple(
+    ipaddress.ip_network(cidr)
+    for cidr in (
+        "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
+        "172.16.0.0/12", "192.0.0.0/24", "192.0.2.0/24", "192.88.99.0/24", "192.168.0.0/16",
+        "198.18.0.0/15", "198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4",
+        "::/128", "::1/128", "fe80::/10", "fc00::/7", "fec0::/10", "ff00::/8", "2001:db8::/32",
+    )
+)  # fmt: skip
+
+MAX_URL_LENGTH = 2048
+_LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)")
+
+
+def _single(addr: IPAddress) -> str:
+    return f"{addr}/{addr.max_prefixlen}"
+
+
+def _blocked_network(addr: IPAddress) -> IPNetwork | None:
+    return next((net for net in BLOCKED_NETWORKS if addr in net), None)
+
+
+@dataclass(frozen=True)
+class ParsedTarget:
+    """A callback URL that passed ``check_url``."""
+
+    scheme: str
+    host: str  # ASCII, lowercase, no brackets
+    port: int
+    url: str
+
+
+@dataclass(frozen=True)
+class AddressPolicy:
+    """Which destinations callbacks may reach."""
+
+    allowed: tuple[IPNetwork, ...] = ()
+    allow_http: bool = False
+    # Hashed once: the policy keys the URL-check caches of every submit and every
+    # attempt, and hashing its networks each time showed in profiles.
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.allowed, self.allow_http)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    @classmethod
+    def from_settings(cls, allow_private_cidrs: str, allow_http: bool) -> AddressPolicy:
+        """Build from ``HOOKRELAY_ALLOW_PRIVATE_CIDRS`` (comma-separated) and the http flag."""
+        networks: list[IPNetwork] = []
+        for entry in (e.strip() for e in allow_private_cidrs.split(",")):
+            if not entry:
+                continue
+            try:
+                networks.append(ipaddress.ip_network(entry))
+            except ValueError as exc:
+                raise ConfigurationError(
+                    f"HOOKRELAY_ALLOW_PRIVATE_CIDRS: {entry!r} is not a valid CIDR ({exc})"
+                ) from exc
+        return cls(tuple(networks), allow_http)
+
+    def _is_allowed(self, addr: IPAddress) -> bool:
+        return any(addr in net for net in self.allowed)
+
+    def ip_block_reason(self, ip: IPAddress | str) -> str | None:
+        """None if ``ip`` may be reached, else why not."""
+        blocked = self.ip_block(ip)
+        return None if blocked is None else blocked.reason
+
+    def ip_block(self, ip: IPAddress | str) -> BlockedDestination | None:
+        """None if ``ip`` may be reached, else the error saying why and what would allow it."""
+        try:
+            addr = ipaddress.ip_address(ip) if isinstance(ip, str) else ip
+        except ValueError:
+            return BlockedDestination(f"{ip!r} is not an IP address")  # fail closed
+        if self._is_allowed(addr):
+            return None
+        net = _blocked_network(addr)
+        if net is not None:
+            return BlockedDestination(f"address {addr} is in blocked range {net}", _single(addr))
+        if not isinstance(addr, ipaddress.IPv6Address):
+            return None
+        prefix = classify(addr)
+        if prefix is None:
+            return None
+        if prefix.rule == "refuse":
+            return BlockedDestination(
+                f"address {addr} is in {prefix.network} ({prefix.name}), never a callback",
+                _single(addr),
+            )
+        for inner in embedded_ipv4(addr, prefix):
+            net = _blocked_network(inner)
+            if net is not None and not self._is_allowed(inner):
+                return BlockedDestination(
+                    f"address {addr} embeds {inner}, which is in blocked range {net}",
+                    _single(inner),
+                )
+        return None
+
+    def check_url(self, url: str) -> ParsedTarget:
+        """Check a callback URL's syntax, and its address if the host is an IP literal.
+
+        Raises :class:`InvalidCallbackUrl` for a malformed URL, ``BlockedDestination`` for a blocked
+        literal. Host names are not resolved here; see ``guard_target``.
+        """
+        if len(url) > MAX_URL_LENGTH:
+            raise InvalidCallbackUrl(f"URL is longer than {MAX_URL_LENGTH} characters")
+        if any(c == "\\" or c.isspace() or not c.isprintable() for c in url):
+            raise InvalidCallbackUrl("URL contains whitespace, control characters or backslashes")
+        try:
+            parts = urlsplit(url)
+        except ValueError as exc:
+            raise InvalidCallbackUrl(f"malformed URL: {exc}") from None
+        if parts.scheme not in DEFAULT_PORTS:
+            raise InvalidCallbackUrl("URL must be an absolute http:// or https:// URL")
+        if parts.scheme == "http" and not self.allow_http:
+            raise PlainHttpRefused("plain http URLs are not allowed; use https")
+        if "#" in url:
+            raise InvalidCallbackUrl("URL must not contain a fragment")
+        if "@" in parts.netloc:
+            raise InvalidCallbackUrl("URL must not contain credentials")
+        host, bracketed, port_text = _split_netloc(parts.netloc)
+        port = DEFAULT_PORTS[parts.scheme]
+        if port_text:
+            if not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) < 65536:
+                raise InvalidCallbackUrl(
+                    f"port must be a number from 1 to 65535, not {port_text!r}"
+                )
+            port = int(port_text)
+        host, literal = _normalize_host(host, bracketed)
+        if literal is not None:
+            blocked = self.ip_block(literal)
+            if blocked is not None:
+                raise blocked
+            if host != str(literal):
+                raise InvalidCallbackUrl(
+                    f"host {host!r} is a non-canonical IPv4 address ({literal})"
+                )
+        return ParsedTarget(parts.scheme, host, port, url)
+
+
+def _split_netloc(netloc: str) -> tuple[str, bool, str]:
+    """(host, bracketed, port text); urlsplit itself accepts junk such as ``[::1]x``."""
+    if netloc.startswith("["):
+        end = netloc.find("]")
+        host, rest, bracketed = netloc[1:end], netloc[end + 1 :], True
+    else:
+        host, sep, port = netloc.partition(":")
+        rest, bracketed = sep + port, False
+    if not host:
+        raise InvalidCallbackUrl("URL must include a host")
+    if rest and not rest.startswith(":"):
+        raise InvalidCallbackUrl(f"malformed host and port {netloc!r}")
+    return host, bracketed, rest[1:]
+
+
+def _normalize_host(host: str, bracketed: bool) -> tuple[str, IPAddress | None]:
+    """(ASCII host, the address if it is an IP literal)."""
+    if bracketed:
+        try:
+            addr = ipaddress.IPv6Address(host)
+        except ValueError:
+            raise InvalidCallbackUrl(f"invalid IPv6 literal [{host}]") from None
+        if addr.scope_id:  # a zone id names an interface of ours
+            raise InvalidCallbackUrl(f"IPv6 zone ids are not allowed: [{host}]")
+        return addr.compressed, addr
+    try:
+        host = host.lower() if host.isascii() else idna.encode(host, uts46=True).decode()
+    except UnicodeError as exc:  # idna.IDNAError included
+        raise InvalidCallbackUrl(f"invalid international host name {host!r}: {exc}") from None
+    try:
+        return host, ipaddress.IPv4Address(host)
+    except ValueError:
+        pass
+    name = host.removesuffix(".")
+    if len(name) > 253 or not all(_LABEL.fullmatch(label) for label in name.split(".")):
+        raise InvalidCallbackUrl(f"invalid host name {host!r}")
+    # The C resolver reads '127.1', '0x7f000001' or '2130706433' as addresses.
+    try:
+        return host, ipaddress.IPv4Address(socket.inet_aton(name))
+    except OSError:
+        return host, None
+
+
+def _refuse_blocked(host: str, addresses: Iterable[str], policy: AddressPolicy) -> None:
+    for address in addresses:
+        blocked = policy.ip_block(address)
+        if blocked is not None:
+            if host != address:
+                raise BlockedDestination(f"{host}: {blocked.reason}", blocked.allow)
+            raise blocked
+
+
+async def resolve_checked(
+    host: str, port: int, policy: AddressPolicy, resolver: Resolver
+) -> list[str]:
+    """Resolve ``host``; refuse it if any of its addresses is blocked.
+
+    ``LookupFailed`` (no such name, or no answer within the resolver's deadline)
+    and ``LocalFault`` (our resolver cannot work) propagate.
+    """
+    host = host.removeprefix("[").removesuffix("]")
+    try:
+        addresses = [str(ipaddress.ip_address(host))]
+    except ValueError:
+        try:  # '127.1', '0x7f000001': what the C library reads as an address
+            addresses = [str(ipaddress.IPv4Address(socket.inet_aton(host)))]
+        except OSError:
+            addresses = [r.address for r in await resolver.resolve(host)]
+    _refuse_blocked(host, addresses, policy)
+    return addresses
+
+
+async def guard_target(url: str, policy: AddressPolicy, resolver: Resolver) -> ParsedTarget:
+    """The full submit-time check: ``check_url``, then ``resolve_checked`` for names.
+
+    The resolver caches answers for their TTL, so a busy API looks a name up
+    once per TTL; the answer is only advisory here anyway, since every
+    connection is checked again.
+    """
+    target, literal = _checked(policy, url)
+    if not literal:  # a name (check_url has judged a literal's address itself)
+        await resolve_checked(target.host, target.port, policy, resolver)
+    return target
+
+
+@functools.lru_cache(maxsize=4096)
+def _checked(policy: AddressPolicy, url: str) -> tuple[ParsedTarget, bool]:
+    # A pure function of the two, and partners send the same few URLs again and
+    # again: parsed once, not per submit. A refusal raises, and is not cached.
+    target = policy.check_url(url)
+    try:
+        ipaddress.ip_address(target.host)
+    except ValueError:
+        return target, False
+    return target, True
+
+
+class GuardedResolver(AbstractResolver):
+    """aiohttp resolver that refuses a host if any address it resolves to is blocked.
+
+    aiohttp connects to exactly the addresses returned here, so there is no second
+    lookup to rebind. It never calls a resolver for IP-literal hosts, though: use
+    ``GuardedConnector``, which also checks those.
+    """
+
+    def __init__(self, policy: AddressPolicy, inner: AbstractResolver | None = None) -> None:
+        self.policy = policy
+        self._inner = inner if inner is not None else AiohttpResolver(Resolver())
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        results = await self._inner.resolve(host, port, family)
+        _refuse_blocked(host, (r["host"] for r in results), self.policy)
+        return results
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+class GuardedConnector(aiohttp.TCPConnector):
+    """``TCPConnector`` with a ``GuardedResolver`` that also checks IP-literal hosts."""
+
+    def __init__(
+        self, policy: AddressPolicy, *, resolver: AbstractResolver | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(resolver=GuardedResolver(policy, resolver), **kwargs)
+        self._ssrf_policy = policy
+
+    # aiohttp answers IP literals inside _resolve_host without asking the resolver, and
+    # serves names from its DNS cache; checking here covers every address it dials.
+    async def _resolve_host(
+        self, host: str, port: int, traces: Sequence[Trace] | None = None
+    ) -> list[ResolveResult]:
+        results = await super()._resolve_host(host, port, traces=traces)
+        _refuse_blocked(host, (r["host"] for r in results), self._ssrf_policy)
+        return results
+
+
+def blocked_reason(exc: BaseException) -> str | None:
+    """The reason of the first ``BlockedDestination`` in ``exc``'s cause/context chain."""
+    pending: list[BaseException] = [exc]
+    seen: set[int] = set()
+    while pending:
+        current = pending.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, BlockedDestination):
+            return current.reason
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return None

@@ -1,0 +1,963 @@
+-- Every SQL statement hookrelay runs, named and commented, $n placeholders only.
+-- Each block starts with `-- name: <name>`; the comment lines after it say why.
+-- Blocks named `_...` are fragments, spliced into others as {{_name}}.
+-- Loaded once by outbox/sql.py; only hookrelay.outbox.store runs them.
+
+-- name: apply_schema_lock
+-- Serialises concurrent `migrate` runs; IF NOT EXISTS alone races on catalogs.
+SELECT pg_advisory_xact_lock(7240112);
+
+-- name: create_schema_version
+-- The migration runner's bootstrap; the same table as in schema.sql.
+CREATE TABLE IF NOT EXISTS schema_version (
+    version     integer PRIMARY KEY,
+    name        text NOT NULL,
+    applied_at  timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: schema_version_exists
+SELECT to_regclass('schema_version') IS NOT NULL;
+
+-- name: initial_tables_exist
+-- 0001's first table: present means schema.sql was applied before migrations.
+SELECT to_regclass('tenants') IS NOT NULL;
+
+-- name: adopt_initial_schema
+-- A database built from schema.sql before migrations existed: record 0001 as
+-- applied (not re-run) when its tables are there and nothing is recorded yet.
+INSERT INTO schema_version (version, name)
+SELECT 1, 'initial'
+ WHERE to_regclass('tenants') IS NOT NULL
+   AND NOT EXISTS (SELECT 1 FROM schema_version);
+
+-- name: applied_migrations
+SELECT version, applied_at FROM schema_version ORDER BY version;
+
+-- name: migration_applied
+SELECT EXISTS (SELECT 1 FROM schema_version WHERE version = $1);
+
+-- name: record_migration
+INSERT INTO schema_version (version, name) VALUES ($1, $2);
+
+-- name: master_key_check
+SELECT key_id, check_enc FROM master_key_check WHERE id = 1;
+
+-- name: lock_master_key_check
+-- Held while a key is first recorded or rotated, so two processes starting at
+-- once cannot each record a different key.
+SELECT pg_advisory_xact_lock(7240113);
+
+-- name: record_master_key_check
+INSERT INTO master_key_check (id, key_id, check_enc) VALUES (1, $1, $2)
+ON CONFLICT (id) DO UPDATE SET key_id = EXCLUDED.key_id, check_enc = EXCLUDED.check_enc;
+
+-- name: all_secrets_for_update
+-- Rotation of the master key: every secret, locked until the re-encryption commits.
+SELECT id, tenant_id, secret_enc FROM signing_secrets FOR UPDATE;
+
+-- name: reencrypt_secrets
+UPDATE signing_secrets s SET secret_enc = v.enc
+  FROM unnest($1::bigint[], $2::bytea[]) AS v(id, enc)
+ WHERE s.id = v.id;
+
+-- name: insert_tenant
+INSERT INTO tenants (id, name, api_key_hash, signature_scheme) VALUES ($1, $2, $3, $4)
+RETURNING id, name, created_at;
+
+-- name: insert_secret
+-- $3: 'v1' (an HMAC secret) or 'v1a' (an Ed25519 private key, $4 its public key).
+INSERT INTO signing_secrets (tenant_id, secret_enc, scheme, public_key) VALUES ($1, $2, $3, $4);
+
+-- name: expire_secrets
+-- Rotation: every secret still signing keeps doing so for the overlap, no longer.
+UPDATE signing_secrets
+   SET expires_at = LEAST(COALESCE(expires_at, 'infinity'), now() + make_interval(secs => $2))
+ WHERE tenant_id = $1 AND (expires_at IS NULL OR expires_at > now());
+
+-- name: bump_secret_version
+-- Rotation: the tenant's row lock serialises concurrent rotations, and the new
+-- version, committed with the new key, tells dispatchers their cache is stale.
+-- The scheme says which kinds of key the rotation replaces.
+UPDATE tenants SET secret_version = secret_version + 1 WHERE id = $1
+RETURNING secret_version, signature_scheme;
+
+-- name: tenant_exists
+SELECT EXISTS (SELECT 1 FROM tenants WHERE id = $1);
+
+-- name: tenant_by_key_hash
+SELECT id, name, api_key_hash FROM tenants WHERE api_key_hash = $1;
+
+-- name: list_tenants
+-- Keyset pages in creation order; the secret count is of secrets that sign now.
+SELECT t.id, t.name, t.created_at,
+       (SELECT count(*) FROM signing_secrets s
+         WHERE s.tenant_id = t.id AND (s.expires_at IS NULL OR s.expires_at > now())) AS secrets
+  FROM tenants t
+ WHERE $1::timestamptz IS NULL OR (t.created_at, t.id) > ($1, $2::text)
+ ORDER BY t.created_at, t.id
+ LIMIT $3;
+
+-- name: rotate_api_key
+-- The old hash is gone once this commits; the NOTIFY (also delivered at commit)
+-- tells every API process to drop the keys it cached for this tenant.
+WITH t AS (UPDATE tenants SET api_key_hash = $2 WHERE id = $1 RETURNING id)
+SELECT id, pg_notify($3, id) FROM t;
+
+-- name: active_secrets
+-- Newest first: the first signature in the header is made with the newest key.
+SELECT tenant_id, secret_enc, expires_at, scheme
+  FROM signing_secrets
+ WHERE tenant_id = ANY($1::text[]) AND (expires_at IS NULL OR expires_at > now())
+ ORDER BY tenant_id, created_at DESC, id DESC;
+
+-- name: signing_keys
+-- A tenant's verification material for GET /v1/signing-keys: every key that
+-- signs now, newest first; never the encrypted secret itself.
+SELECT t.signature_scheme, s.scheme, s.public_key, s.created_at, s.expires_at
+  FROM tenants t
+  LEFT JOIN signing_secrets s
+    ON s.tenant_id = t.id AND (s.expires_at IS NULL OR s.expires_at > now())
+ WHERE t.id = $1
+ ORDER BY s.created_at DESC, s.id DESC;
+
+-- name: _oldest_xact_start
+-- Start of the oldest transaction open against this database, other than ours
+-- (NULL when none is). Rows stamped after it may still be joined by rows an
+-- open transaction commits later; and while one stays open, no dead row can be
+-- vacuumed. Shared by list_tasks and oldest_transaction.
+(SELECT min(xact_start)
+   FROM pg_stat_activity
+  WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL);
+
+-- name: _new_task
+INSERT INTO tasks (id, tenant_id, type, input, callback_url, metadata, timeout_at,
+                   heartbeat_timeout_s, on_timeout)
+VALUES ($1, $2, $3, $4, $5, $6,
+        CASE WHEN $7::float8 IS NULL THEN NULL ELSE now() + make_interval(secs => $7) END,
+        $8, $9)
+RETURNING *
+
+-- name: insert_task
+{{_new_task}};
+
+-- name: insert_task_keyed
+-- A submit with an Idempotency-Key ($10, request hash $11): the task and its key
+-- in one statement, inside the transaction that holds the key's lock.
+WITH task AS ({{_new_task}}),
+     kept AS (INSERT INTO idempotency_keys (tenant_id, key, request_hash, task_id)
+              SELECT tenant_id, $10, $11, id FROM task)
+SELECT * FROM task;
+
+-- name: get_task
+-- $2 NULL means "any tenant" (executor and ops); partners always pass theirs.
+SELECT * FROM tasks WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2);
+
+-- name: list_tasks
+-- Keyset pagination on (updated_at, id), served by tasks_tenant_updated.
+-- updated_at is now(), the writing transaction's *start*, so a transaction
+-- still open may yet commit rows that sort before ones already visible. A
+-- reader that moved its cursor past those would never see them. So the page
+-- stops at the horizon: the start of the oldest transaction still open in
+-- this database. Everything before it is final; the rest shows up next poll.
+SELECT * FROM tasks
+ WHERE tenant_id = $1
+   AND ($2::text IS NULL OR status = $2)
+   AND ($3::timestamptz IS NULL OR updated_at > $3)
+   AND ($4::timestamptz IS NULL OR (updated_at, id) > ($4, $5::text))
+   AND updated_at < COALESCE({{_oldest_xact_start}}, 'infinity')
+ ORDER BY updated_at, id
+ LIMIT $6;
+
+-- name: transition_task
+-- The state machine lives in the WHERE clause: the row changes only if its
+-- current status is one of $6, so two racing transitions cannot both win.
+-- A terminal transition ($5 = new event id) also starts the delivery summary.
+UPDATE tasks
+   SET status = $2,
+       result = COALESCE($3, result),
+       error = COALESCE($4, error),
+       updated_at = now(),
+       completed_at = CASE WHEN $5::text IS NULL THEN completed_at ELSE now() END,
+       version = version + 1,
+       event_id = COALESCE($5, event_id),
+       delivery_status = CASE WHEN $5::text IS NULL THEN delivery_status ELSE 'pending' END,
+       next_attempt_at = CASE WHEN $5::text IS NULL THEN next_attempt_at ELSE now() END,
+       -- Starting is the first sign of life; the heartbeat clock runs only while running.
+       heartbeat_at = CASE WHEN $2 = 'running' THEN now() ELSE heartbeat_at END,
+       heartbeat_due_at = CASE WHEN $2 = 'running' AND heartbeat_timeout_s IS NOT NULL
+                               THEN now() + make_interval(secs => heartbeat_timeout_s) END
+ WHERE id = $1 AND status = ANY($6::text[]) AND ($7::text IS NULL OR tenant_id = $7)
+RETURNING *;
+
+-- name: report_progress
+-- A progress call on a running task: the report, a new version, and the next
+-- heartbeat deadline. Percent never goes backwards (an equal one is a plain
+-- heartbeat); no row back means not found, not running, or backwards.
+UPDATE tasks
+   SET progress = jsonb_build_object(
+           'percent', $2::float8, 'message', $3::text,
+           'updatedAt', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')),
+       version = version + 1,
+       updated_at = now(),
+       heartbeat_at = now(),
+       heartbeat_due_at = CASE WHEN heartbeat_timeout_s IS NOT NULL
+                               THEN now() + make_interval(secs => heartbeat_timeout_s) END
+ WHERE id = $1 AND status = 'running' AND ($4::text IS NULL OR tenant_id = $4)
+   AND COALESCE((progress ->> 'percent')::float8, 0) <= $2
+RETURNING *;
+
+-- name: notify_task
+-- Wakes the watchers of one task at commit (and no dispatcher: nothing to send).
+SELECT pg_notify($2, $1);
+
+-- name: insert_outbox
+-- The event itself, stored once and never changed, and its outbox row: the
+-- lean row the dispatchers claim, which carries no body.
+WITH stored AS (
+    INSERT INTO events (event_id, tenant_id, task_id, event_type, body)
+    VALUES ($1, $2, $3, $4, $7)
+)
+INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host)
+VALUES ($1, $2, $3, $4, $5, $6);
+
+-- name: event_body
+-- The body stored when the event was committed; NULL for an event stored
+-- before bodies were kept beyond delivery.
+SELECT body FROM events WHERE event_id = $1;
+
+-- name: notify
+-- Delivered at commit, so a dispatcher never wakes for an uncommitted row.
+-- $2 and $3: the outbox and task channels (named once, in hookrelay.outbox.store).
+SELECT pg_notify($2, ''), pg_notify($3, $1);
+
+-- name: notify_outbox
+-- Sent by the API after its own commit, on its own (autocommit) statement: the
+-- writers' transactions then send no NOTIFY, and so never queue on the lock that
+-- serialises notifying commits across the cluster. One per burst of commits.
+SELECT pg_notify($1, '');
+
+-- name: idempotency_lock
+-- Non-blocking: a second request with the same key while the first is still in
+-- its transaction gets "in flight" (409) rather than queueing behind it.
+SELECT pg_try_advisory_xact_lock(hashtextextended($1 || ':' || $2, 42));
+
+-- name: idempotency_get
+-- The key's request hash and its task, in one read (the key's row goes with its
+-- task, ON DELETE CASCADE, so the task is there).
+SELECT k.request_hash, t.*
+  FROM idempotency_keys k JOIN tasks t ON t.id = k.task_id
+ WHERE k.tenant_id = $1 AND k.key = $2;
+
+-- name: due_lanes
+-- Scheduler, step 1: the lanes (host, tenant) that have due rows, each with its
+-- oldest due time, how many rows are due (counted no further than $1, the most
+-- one claim could give a lane) and its host's circuit state.
+-- A skip scan over outbox_lane_due: the recursive part jumps from lane to lane
+-- (one index probe each), the lateral part reads a lane's first rows only. The
+-- cost grows with the number of lanes, never with the rows waiting in them:
+-- rows scheduled later and rows held behind an open circuit sort after now()
+-- within their lane and are never read. Leased rows are read and skipped (the
+-- index leaves the lease out so that a claim's UPDATE is HOT, 0011): at most
+-- what the dispatchers have in flight or waiting ahead on the lane.
+WITH RECURSIVE lanes AS (
+    (SELECT host, tenant_id FROM outbox ORDER BY host, tenant_id LIMIT 1)
+    UNION ALL
+    SELECT n.host, n.tenant_id
+      FROM lanes l
+     CROSS JOIN LATERAL (
+        SELECT o.host, o.tenant_id
+          FROM outbox o
+         WHERE (o.host, o.tenant_id) > (l.host, l.tenant_id)
+         ORDER BY o.host, o.tenant_id
+         LIMIT 1) n
+)
+SELECT l.host, l.tenant_id, d.oldest, d.n, COALESCE(dest.state, 'closed') AS state
+  FROM lanes l
+ CROSS JOIN LATERAL (
+    SELECT min(x.due) AS oldest, count(*)::int AS n
+      FROM (SELECT o.next_attempt_at AS due
+              FROM outbox o
+             WHERE o.host = l.host AND o.tenant_id = l.tenant_id
+               AND o.next_attempt_at <= now()
+               AND (o.leased_until IS NULL OR o.leased_until <= now())
+             ORDER BY o.next_attempt_at
+             LIMIT $1) x) d
+  LEFT JOIN destinations dest ON dest.host = l.host
+ WHERE d.n > 0;
+
+-- name: claim_lanes
+-- Scheduler, step 2: lease, in each lane ($1 hosts, $2 tenants, $3 counts), at
+-- most its count of due rows, oldest first, for $4 seconds under token $6,
+-- owner $5. The counts are the lanes' free slots (outbox/dispatch/scheduler.py), plus for
+-- a busy lane alone on its host a few rows to start as its slots free
+-- (outbox/dispatch/claim_ahead.py): nothing is leased to be given back.
+-- FOR UPDATE SKIP LOCKED (inside each lane's window): concurrent dispatchers
+-- each take disjoint rows at once instead of queueing on each other's row
+-- locks; the lease, not the row lock, holds the claim after this short
+-- transaction commits, so no transaction stays open across the HTTP calls.
+-- A host whose circuit opened since the lanes were read is skipped: its rows
+-- are held, budget unspent. The ids go to the UPDATE as an array, so it probes
+-- the primary key for each (the planner cannot size the lanes' windows and
+-- would otherwise hash-join against a scan of the whole outbox).
+WITH want AS (
+    SELECT w.host, w.tenant_id, w.n
+      FROM unnest($1::text[], $2::text[], $3::int[]) AS w(host, tenant_id, n)
+     WHERE NOT EXISTS (SELECT 1 FROM destinations d WHERE d.host = w.host AND d.state <> 'closed')
+),
+due AS (
+    SELECT r.id
+      FROM want w
+     CROSS JOIN LATERAL (
+        SELECT o.id
+          FROM outbox o
+         WHERE o.host = w.host AND o.tenant_id = w.tenant_id
+           AND o.next_attempt_at <= now()
+           AND (o.leased_until IS NULL OR o.leased_until <= now())
+         ORDER BY o.next_attempt_at
+         LIMIT w.n
+           FOR UPDATE SKIP LOCKED) r
+)
+UPDATE outbox o
+   SET leased_until = now() + make_interval(secs => $4),
+       lease_token = $6,
+       lease_owner = $5
+ WHERE o.id = ANY (ARRAY(SELECT id FROM due))
+RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url, o.host,
+          -- The body is joined from events: the outbox row stays lean.
+          -- As UTF-8 bytes: what is sent, with no text decoding and encoding per row.
+          (SELECT convert_to(e.body, 'UTF8') FROM events e WHERE e.event_id = o.event_id),
+          o.attempts,
+          o.budget_used,
+          -- Read with the claim: a rotation committed before it is seen here.
+          (SELECT t.secret_version FROM tenants t WHERE t.id = o.tenant_id);
+
+-- name: claim_probe
+-- The single row a granted probe sends to host $1 (take_probes made its circuit
+-- half-open for this dispatcher alone): any row not leased right now, whether
+-- due or held, in index order so the read stops at the first one.
+-- FOR UPDATE SKIP LOCKED: a row another dispatcher is claiming is passed over.
+WITH probe AS (
+    SELECT o.id
+      FROM outbox o
+     WHERE o.host = $1 AND (o.leased_until IS NULL OR o.leased_until <= now())
+     ORDER BY o.host, o.tenant_id, o.next_attempt_at
+     LIMIT 1
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE outbox o
+   SET leased_until = now() + make_interval(secs => $2),
+       lease_token = $4,
+       lease_owner = $3
+  FROM probe
+ WHERE o.id = probe.id
+RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url, o.host,
+          -- As UTF-8 bytes: what is sent, with no text decoding and encoding per row.
+          (SELECT convert_to(e.body, 'UTF8') FROM events e WHERE e.event_id = o.event_id),
+          o.attempts,
+          o.budget_used,
+          -- Read with the claim: a rotation committed before it is seen here.
+          (SELECT t.secret_version FROM tenants t WHERE t.id = o.tenant_id);
+
+-- name: hold_lanes
+-- Take the due rows of hosts $1 out of the claims' way while their circuit is
+-- not closed: they move to the host's held_until (set once per open spell, $2
+-- seconds ahead), after every due row, so neither due_lanes nor claim_lanes
+-- reads them again. record_outcomes puts them back when the host answers; if
+-- that never comes, they are due again at held_until and held once more.
+-- FOR UPDATE SKIP LOCKED: a row another dispatcher is leasing right now is
+-- left to it rather than waited for.
+WITH hosts AS (
+    UPDATE destinations d
+       SET held_until = CASE WHEN d.held_until > now() THEN d.held_until
+                             ELSE now() + make_interval(secs => $2) END
+     WHERE d.host = ANY($1::text[]) AND d.state <> 'closed'
+    RETURNING d.host, d.held_until
+),
+rows AS (
+    SELECT o.id, h.held_until
+      FROM hosts h
+      JOIN outbox o ON o.host = h.host
+     WHERE GREATEST(o.next_attempt_at, o.leased_until) <= now()
+       FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE outbox o
+   SET next_attempt_at = r.held_until, leased_until = NULL, lease_token = NULL,
+       lease_owner = NULL
+  FROM rows r
+ WHERE o.id = r.id;
+
+-- name: take_probes
+-- Hosts whose open circuit is due a probe. The row lock of this UPDATE gives
+-- the probe right to exactly one dispatcher, and pushing probe_at forward keeps
+-- the others (and this one's next round) from probing again before the outcome.
+UPDATE destinations
+   SET state = 'half-open', probe_at = now() + make_interval(secs => $1), updated_at = now()
+ WHERE state <> 'closed' AND probe_at <= now()
+RETURNING host;
+
+-- name: list_destinations
+SELECT d.host, d.state, d.consecutive_failures, d.last_error, d.last_failure_at, d.opened_at,
+       d.probe_at,
+       (SELECT count(*) FROM outbox o WHERE o.host = d.host) AS held
+  FROM destinations d
+ ORDER BY d.state <> 'closed' DESC, d.consecutive_failures DESC, d.host
+ LIMIT $1;
+
+-- name: release_leases
+-- Give rows back untouched (shutdown, or more rows for a host than it may take).
+-- Fenced on the token: rows another dispatcher took over are left alone.
+UPDATE outbox
+   SET leased_until = NULL, lease_token = NULL, lease_owner = NULL
+ WHERE id = ANY($1::bigint[]) AND lease_token = $2;
+
+-- name: record_outcomes
+-- One statement, one round trip, for a whole batch of attempt outcomes.
+-- Every write is fenced on (id, lease_token): a dispatcher whose lease ran out
+-- and whose row another dispatcher now holds matches nothing, so its stale
+-- outcome is dropped, not written over the new owner's work. Only rows that pass
+-- the fence get an attempt logged and the task summary updated.
+WITH input AS (
+    SELECT *
+      FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::timestamptz[], $5::int[],
+                  $6::text[], $7::timestamptz[], $8::float8[], $9::text[])
+        AS i(id, token, outcome, next_at, status_code, error, attempted_at, duration_ms,
+             response_prefix)
+),
+delivered AS (
+    DELETE FROM outbox o USING input i
+     WHERE o.id = i.id AND o.lease_token = i.token AND i.outcome = 'delivered'
+    RETURNING o.id, o.event_id, o.task_id, o.tenant_id, o.host, o.attempts + 1 AS number
+),
+retried AS (
+    UPDATE outbox o
+       SET attempts = o.attempts + 1,
+           budget_used = o.budget_used + 1,
+           next_attempt_at = i.next_at,
+           leased_until = NULL, lease_token = NULL, lease_owner = NULL,
+           last_error = i.error, last_status_code = i.status_code
+      FROM input i
+     WHERE o.id = i.id AND o.lease_token = i.token AND i.outcome = 'retry'
+    RETURNING o.id, o.event_id, o.task_id, o.tenant_id, o.host, o.attempts AS number
+),
+dead AS (
+    DELETE FROM outbox o USING input i
+     WHERE o.id = i.id AND o.lease_token = i.token AND i.outcome = 'dead'
+    RETURNING o.*
+),
+buried AS (
+    INSERT INTO dead_letters AS d (event_id, tenant_id, task_id, event_type, callback_url, host,
+                                   body, created_at, attempts, last_error, last_status_code)
+    SELECT x.event_id, x.tenant_id, x.task_id, x.event_type, x.callback_url, x.host, e.body,
+           x.created_at, x.attempts + 1, i.error, i.status_code
+      FROM dead x JOIN input i ON i.id = x.id JOIN events e ON e.event_id = x.event_id
+    ON CONFLICT (event_id) DO UPDATE
+       SET failed_at = now(), attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error,
+           last_status_code = EXCLUDED.last_status_code, callback_url = EXCLUDED.callback_url,
+           host = EXCLUDED.host,
+           replayed_at = NULL, replayed_by = NULL
+),
+fenced AS (
+    SELECT id, event_id, task_id, tenant_id, host, number FROM delivered
+    UNION ALL SELECT id, event_id, task_id, tenant_id, host, number FROM retried
+    UNION ALL SELECT id, event_id, task_id, tenant_id, host, attempts + 1 FROM dead
+),
+-- Destination health: any answer in the batch (2xx, or 410) closes the host's
+-- circuit; a batch of only failures adds to the run and opens the circuit at
+-- $10 in a row (next probe after $11 s). Healthy hosts that stay healthy are
+-- never written. Inserted consecutive_failures = 0 means "the host answered".
+per_host AS (
+    SELECT f.host,
+           CASE WHEN bool_or(i.outcome = 'delivered' OR i.status_code = 410) THEN 0
+                ELSE count(*) END AS failures,
+           (array_agg(i.error ORDER BY i.attempted_at DESC))[1] AS last_error
+      FROM fenced f JOIN input i ON i.id = f.id
+     GROUP BY f.host
+),
+-- Hosts that answered while their rows were held (hold_lanes): those rows are
+-- due again at once. Read before health's upsert clears held_until (every CTE
+-- sees the same snapshot); rows of this batch are left to the CTEs above, as a
+-- row may be changed only once per statement.
+reopened AS (
+    SELECT d.host, d.held_until
+      FROM destinations d JOIN per_host p ON p.host = d.host
+     WHERE p.failures = 0 AND d.held_until IS NOT NULL
+),
+released AS (
+    UPDATE outbox o
+       SET next_attempt_at = now()
+      FROM reopened r
+     WHERE o.host = r.host AND o.next_attempt_at = r.held_until
+       AND o.id NOT IN (SELECT id FROM input)
+),
+health AS (
+    INSERT INTO destinations AS d (host, state, consecutive_failures, last_error,
+                                   last_failure_at, opened_at, probe_at)
+    SELECT host, CASE WHEN failures >= $10 THEN 'open' ELSE 'closed' END, failures, last_error,
+           now(), CASE WHEN failures >= $10 THEN now() END,
+           CASE WHEN failures >= $10 THEN now() + make_interval(secs => $11) END
+      FROM per_host p
+     WHERE p.failures > 0 OR EXISTS (SELECT 1 FROM destinations x WHERE x.host = p.host)
+    ON CONFLICT (host) DO UPDATE
+       SET consecutive_failures = CASE WHEN EXCLUDED.consecutive_failures = 0 THEN 0
+                                  ELSE d.consecutive_failures + EXCLUDED.consecutive_failures END,
+           state = CASE WHEN EXCLUDED.consecutive_failures = 0 THEN 'closed'
+                        WHEN d.state = 'half-open' OR d.consecutive_failures
+                             + EXCLUDED.consecutive_failures >= $10 THEN 'open'
+                        ELSE d.state END,
+           opened_at = CASE WHEN EXCLUDED.consecutive_failures = 0 THEN NULL
+                            WHEN d.state = 'closed' THEN now()
+                            ELSE d.opened_at END,
+           probe_at = CASE WHEN EXCLUDED.consecutive_failures = 0 THEN NULL
+                           ELSE now() + make_interval(secs => $11) END,
+           last_error = COALESCE(EXCLUDED.last_error, d.last_error),
+           last_failure_at = CASE WHEN EXCLUDED.consecutive_failures = 0 THEN d.last_failure_at
+                                  ELSE now() END,
+           held_until = CASE WHEN EXCLUDED.consecutive_failures = 0 THEN NULL
+                             ELSE d.held_until END,
+           updated_at = now()
+),
+logged AS (
+    INSERT INTO delivery_attempts (event_id, task_id, tenant_id, number, attempted_at,
+                                   duration_ms, outcome, status_code, error, response_prefix)
+    SELECT f.event_id, f.task_id, f.tenant_id, f.number, i.attempted_at, i.duration_ms,
+           i.outcome, i.status_code, i.error, i.response_prefix
+      FROM fenced f JOIN input i ON i.id = f.id
+),
+summary AS (
+    UPDATE tasks t
+       SET delivery_status = CASE i.outcome WHEN 'delivered' THEN 'delivered'
+                                            WHEN 'dead' THEN 'dead' ELSE 'pending' END,
+           delivery_attempts = f.number,
+           last_attempt_at = i.attempted_at,
+           last_status_code = i.status_code,
+           last_error = i.error,
+           next_attempt_at = CASE WHEN i.outcome = 'retry' THEN i.next_at END,
+           delivered_at = CASE WHEN i.outcome = 'delivered' THEN i.attempted_at
+                               ELSE t.delivered_at END,
+           updated_at = now()
+      FROM fenced f JOIN input i ON i.id = f.id
+     WHERE t.id = f.task_id AND t.event_id = f.event_id
+)
+SELECT f.id FROM fenced f;
+
+-- name: ping
+-- Readiness: the cheapest statement that proves a working connection, and whether
+-- the server takes writes (false on a standby, or with default_transaction_read_only).
+SELECT current_setting('transaction_read_only') = 'off';
+
+-- name: oldest_transaction
+-- Age of the oldest transaction open against this database, ours or anyone's.
+-- While one stays open, no dead outbox row can be vacuumed and every claim steps
+-- over more of them (RELIABILITY.md measures it); alert on this long before.
+SELECT COALESCE(extract(epoch FROM now() - {{_oldest_xact_start}}), 0)::float8;
+
+-- name: outbox_stats
+-- Depth, and how overdue the oldest due row is (0 when nothing is due).
+SELECT count(*) AS depth,
+       COALESCE(EXTRACT(EPOCH FROM now() - min(GREATEST(next_attempt_at, leased_until))
+                FILTER (WHERE GREATEST(next_attempt_at, leased_until) <= now())), 0)::float8
+           AS oldest_due_s
+  FROM outbox;
+
+-- name: dead_letters_by_tenant
+SELECT tenant_id, count(*) AS n FROM dead_letters WHERE replayed_at IS NULL GROUP BY tenant_id;
+
+-- name: tasks_by_status
+SELECT status, count(*) AS n FROM tasks GROUP BY status;
+
+-- name: claim_overdue_tasks
+-- Live tasks ($2: the non-terminal statuses) past their deadline. FOR UPDATE SKIP LOCKED lets every process's
+-- sweeper run at once without doing the same task twice, and skips a task an
+-- executor is completing right now: if that commits, the task is terminal and
+-- never selected; if it rolls back, the next sweep takes it.
+SELECT id FROM tasks
+ WHERE timeout_at <= now() AND status = ANY($2::text[])
+ ORDER BY timeout_at
+ LIMIT $1
+   FOR UPDATE SKIP LOCKED;
+
+-- name: claim_silent_tasks
+-- Running tasks whose executor has not started or reported for its heartbeat
+-- budget (served by tasks_heartbeat_due). FOR UPDATE SKIP LOCKED for the same
+-- reasons as claim_overdue_tasks.
+SELECT id FROM tasks
+ WHERE heartbeat_due_at <= now() AND status = 'running'
+ ORDER BY heartbeat_due_at
+ LIMIT $1
+   FOR UPDATE SKIP LOCKED;
+
+-- name: stale_running_tasks
+-- Running tasks with no start or progress for $1 seconds, and the age of the
+-- oldest sign of life among running tasks (tasks_running).
+SELECT count(*) FILTER (WHERE heartbeat_at < now() - make_interval(secs => $1)) AS stale,
+       COALESCE(EXTRACT(EPOCH FROM now() - min(heartbeat_at)), 0)::float8 AS oldest_s
+  FROM tasks
+ WHERE status = 'running';
+
+-- name: lock_task
+SELECT * FROM tasks WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2) FOR UPDATE;
+
+-- name: requeue_events
+-- Put events back into the outbox, one row per element of the arrays $1..$7,
+-- under their own event ids and with a fresh attempt budget (budget_used 0);
+-- attempts carries on from the log so attempt numbers stay unique per event.
+-- ON CONFLICT: an event still waiting is not queued twice, and not returned.
+-- The body goes to events only if the event has none stored there: a stored
+-- body is never replaced, so every sending of an event carries the same bytes.
+-- For the events queued, their open dead letters are closed as replayed by $8
+-- and their tasks' delivery summaries go back to pending. Shared by redelivery
+-- and dead-letter replay, so both put an event back the same way.
+WITH input AS (
+    SELECT *
+      FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                  $7::text[])
+        AS i(event_id, tenant_id, task_id, event_type, callback_url, host, body)
+),
+stored AS (
+    INSERT INTO events (event_id, tenant_id, task_id, event_type, body)
+    SELECT i.event_id, i.tenant_id, i.task_id, i.event_type, i.body FROM input i
+    ON CONFLICT (event_id) DO NOTHING
+),
+queued AS (
+    INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host, attempts)
+    SELECT i.event_id, i.tenant_id, i.task_id, i.event_type, i.callback_url, i.host,
+           COALESCE((SELECT max(a.number) FROM delivery_attempts a
+                      WHERE a.event_id = i.event_id), 0)
+      FROM input i
+    ON CONFLICT (event_id) DO NOTHING
+    RETURNING event_id, task_id
+),
+marked AS (
+    UPDATE dead_letters d
+       SET replayed_at = now(), replayed_by = $8, replay_count = d.replay_count + 1
+      FROM queued q WHERE d.event_id = q.event_id AND d.replayed_at IS NULL
+),
+summary AS (
+    UPDATE tasks t
+       SET delivery_status = 'pending', next_attempt_at = now(), updated_at = now()
+      FROM queued q WHERE t.id = q.task_id AND t.event_id = q.event_id
+)
+SELECT event_id FROM queued;
+
+-- name: attempts
+-- A task's delivery log, oldest first; $2 narrows it to one of its events
+-- (a task's events share its log; delivery_attempts_task serves both).
+SELECT event_id, number, attempted_at, duration_ms, outcome, status_code, error, response_prefix
+  FROM delivery_attempts
+ WHERE task_id = $1 AND ($2::text IS NULL OR event_id = $2)
+ ORDER BY number;
+
+-- name: _error_class
+-- How an operator sorts a failure (hookrelay.outbox.models.ErrorClass), from the stored
+-- status code and error text; the texts are those hookrelay.outbox.dispatch.attempt writes.
+(CASE
+   WHEN last_status_code BETWEEN 400 AND 499 THEN 'http_4xx'
+   WHEN last_status_code BETWEEN 500 AND 599 THEN 'http_5xx'
+   WHEN last_error LIKE 'destination refused:%' OR last_error LIKE 'invalid callback URL:%'
+     THEN 'blocked'
+   WHEN last_error ILIKE '%timed out%' OR last_error ILIKE '%timeout%' THEN 'timeout'
+   WHEN last_error ILIKE '%DNS%' OR last_error ILIKE '%resolv%' OR last_error ILIKE '%getaddrinfo%'
+     OR last_error ILIKE '%name or service not known%' THEN 'dns'
+   WHEN last_error ILIKE '%SSL%' OR last_error ILIKE '%TLS%' OR last_error ILIKE '%certificate%'
+     THEN 'tls'
+   WHEN last_error ILIKE '%connect%' OR last_error ILIKE '%disconnect%'
+     OR last_error ILIKE '%reset%' OR last_error ILIKE '%refused%' THEN 'connect'
+   ELSE 'other'
+ END)
+
+-- name: event_attempts
+-- One event's attempts, oldest first, whatever task it belongs to (a test event
+-- has none); (event_id, number) is unique, so its index serves this. $2 NULL
+-- means any tenant (ops); partners pass theirs.
+SELECT event_id, number, attempted_at, duration_ms, outcome, status_code, error, response_prefix
+  FROM delivery_attempts
+ WHERE event_id = $1 AND ($2::text IS NULL OR tenant_id = $2)
+ ORDER BY number;
+
+-- name: test_event_state
+-- Where a tenant's test event ($1, tenant $2) is: waiting in the outbox, given
+-- up on (an open dead letter), or delivered (per its log); NULL when the tenant
+-- has no test event by that id. task_id IS NULL keeps tasks' events out.
+SELECT CASE WHEN EXISTS (SELECT 1 FROM outbox
+                          WHERE event_id = $1 AND tenant_id = $2 AND task_id IS NULL)
+            THEN 'pending'
+            WHEN EXISTS (SELECT 1 FROM dead_letters
+                          WHERE event_id = $1 AND tenant_id = $2 AND task_id IS NULL
+                            AND replayed_at IS NULL)
+            THEN 'dead'
+            WHEN EXISTS (SELECT 1 FROM delivery_attempts
+                          WHERE event_id = $1 AND tenant_id = $2 AND task_id IS NULL
+                            AND outcome = 'delivered')
+            THEN 'delivered' END;
+
+-- name: _dead_filter
+-- Shared filter of the dead-letter queries: $1 tenant, $2 since, $3 until,
+-- $4 event type, $5 event id, $6 last status code, $7 error class (each NULL =
+-- any). Only letters not yet replayed.
+replayed_at IS NULL
+   AND ($1::text IS NULL OR tenant_id = $1)
+   AND ($2::timestamptz IS NULL OR failed_at >= $2)
+   AND ($3::timestamptz IS NULL OR failed_at < $3)
+   AND ($4::text IS NULL OR event_type = $4)
+   AND ($5::text IS NULL OR event_id = $5)
+   AND ($6::integer IS NULL OR last_status_code = $6)
+   AND ($7::text IS NULL OR {{_error_class}} = $7)
+
+-- name: list_dead_letters
+-- Keyset on (failed_at, event_id) after the cursor ($8, $9); $10 = page size.
+SELECT event_id, tenant_id, task_id, event_type, callback_url, created_at, failed_at, attempts,
+       last_error, last_status_code, replay_count, replayed_at, replayed_by, {{_error_class}}
+  FROM dead_letters
+ WHERE {{_dead_filter}}
+   AND ($8::timestamptz IS NULL OR (failed_at, event_id) > ($8, $9::text))
+ ORDER BY failed_at, event_id
+ LIMIT $10;
+
+-- name: get_dead_letter
+SELECT event_id, tenant_id, task_id, event_type, callback_url, created_at, failed_at, attempts,
+       last_error, last_status_code, replay_count, replayed_at, replayed_by, {{_error_class}}
+  FROM dead_letters
+ WHERE event_id = $1;
+
+-- name: pick_dead_letters
+-- Up to $8 matching letters to replay, row-locked for the caller's transaction.
+-- FOR UPDATE SKIP LOCKED: two replays racing over the same letters split them
+-- instead of both requeueing; the outbox's unique event_id is the backstop.
+SELECT event_id, tenant_id, task_id, event_type, callback_url, host, body
+  FROM dead_letters
+ WHERE {{_dead_filter}}
+ ORDER BY failed_at, event_id
+ LIMIT $8
+   FOR UPDATE SKIP LOCKED;
+
+-- name: dead_letter_clock
+-- The database's clock now (not the transaction's start): a bulk replay takes
+-- it once and replays only letters that failed before it, so letters that die
+-- again while it runs (failed_at = now() of a later transaction) are left alone.
+SELECT clock_timestamp();
+
+-- name: purge_attempts
+-- Small batches ($2 rows) so no delete holds locks or bloats WAL for long.
+-- Only the log of events that are finished: nothing still in the outbox, and
+-- nothing an operator may still want to replay.
+DELETE FROM delivery_attempts
+ WHERE id IN (
+    SELECT a.id FROM delivery_attempts a
+     WHERE a.attempted_at < $1
+       AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = a.event_id)
+       AND NOT EXISTS (SELECT 1 FROM dead_letters d
+                        WHERE d.event_id = a.event_id AND d.replayed_at IS NULL)
+     LIMIT $2);
+
+-- name: purge_tasks
+-- Finished tasks ($3: the terminal statuses) whose event is no longer waiting; idempotency keys go with
+-- them (ON DELETE CASCADE), and so does their stored event (a task has one).
+WITH gone AS (
+    DELETE FROM tasks
+     WHERE id IN (
+        SELECT id FROM tasks
+         WHERE status = ANY($3::text[])
+           AND completed_at < $1 AND delivery_status <> 'pending'
+         LIMIT $2)
+    RETURNING event_id
+),
+events_gone AS (
+    DELETE FROM events e USING gone g WHERE e.event_id = g.event_id
+)
+SELECT count(*) FROM gone;
+
+-- name: purge_test_events
+-- Test events (no task) older than $1 that are finished: neither waiting in
+-- the outbox nor an unreplayed dead letter. Their attempt log goes by
+-- purge_attempts. Batches of $2.
+DELETE FROM events
+ WHERE event_id IN (
+    SELECT e.event_id FROM events e
+     WHERE e.task_id IS NULL AND e.created_at < $1
+       AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = e.event_id)
+       AND NOT EXISTS (SELECT 1 FROM dead_letters d
+                        WHERE d.event_id = e.event_id AND d.replayed_at IS NULL)
+     LIMIT $2);
+
+-- name: destination_urls
+-- Migration host_keys: every (callback URL, stored host key) pair still in use,
+-- so Python can compute each URL's canonical key once (SQL cannot do IDNA).
+SELECT callback_url, host FROM outbox GROUP BY 1, 2
+UNION
+SELECT callback_url, host FROM dead_letters GROUP BY 1, 2;
+
+-- name: rekey_outbox
+-- Migration host_keys: $1 callback URLs get the host keys $2.
+UPDATE outbox o SET host = m.host
+  FROM unnest($1::text[], $2::text[]) AS m(callback_url, host)
+ WHERE o.callback_url = m.callback_url AND o.host <> m.host;
+
+-- name: rekey_dead_letters
+-- Migration host_keys: as rekey_outbox, for events that may be replayed.
+UPDATE dead_letters d SET host = m.host
+  FROM unnest($1::text[], $2::text[]) AS m(callback_url, host)
+ WHERE d.callback_url = m.callback_url AND d.host <> m.host;
+
+-- name: copy_destinations_rekeyed
+-- Migration host_keys: circuit state moves from each old key ($1) to the new
+-- keys ($2) it stood for (an old key had no scheme, so it may stand for two).
+-- Where several old rows meet one new key, the one with the most failures in
+-- a row wins. New keys contain '://', old ones never do, so they cannot clash.
+INSERT INTO destinations (host, state, consecutive_failures, last_error, last_failure_at,
+                          opened_at, probe_at, updated_at)
+SELECT DISTINCT ON (m.new)
+       m.new, d.state, d.consecutive_failures, d.last_error, d.last_failure_at,
+       d.opened_at, d.probe_at, d.updated_at
+  FROM destinations d JOIN unnest($1::text[], $2::text[]) AS m(old, new) ON m.old = d.host
+ ORDER BY m.new, d.consecutive_failures DESC, d.updated_at DESC
+ON CONFLICT (host) DO NOTHING;
+
+-- name: drop_unkeyed_destinations
+-- Migration host_keys: old-style keys go; those no waiting event explained
+-- were history only, and the breaker relearns from the next failure.
+DELETE FROM destinations WHERE position('://' IN host) = 0;
+
+-- name: count_dead_letters
+-- How many letters a bulk replay by this filter would take now (the preview).
+SELECT count(*) FROM dead_letters WHERE {{_dead_filter}};
+
+-- name: ops_overview
+-- The console's headline figures. The depth is counted up to $1 rows only, so
+-- a deep backlog costs a bounded scan. The oldest due event is a scan of the
+-- outbox (lanes index due time per lane, not globally), as for /metrics: fine at
+-- one refresh per 10 s, and the page is for a person, not a scraper.
+SELECT (SELECT count(*) FROM (SELECT 1 FROM outbox LIMIT $1) o) AS depth,
+       (SELECT now() - min(GREATEST(next_attempt_at, leased_until)) FROM outbox
+         WHERE GREATEST(next_attempt_at, leased_until) <= now()) AS oldest_due,
+       (SELECT count(*) FROM dead_letters WHERE failed_at > now() - interval '24 hours')
+         AS dead_24h,
+       (SELECT count(*) FROM destinations WHERE state <> 'closed') AS open_circuits;
+
+-- name: ops_deliveries_per_minute
+-- Attempts per minute and outcome over the last $1 minutes (delivery_attempts_time).
+SELECT date_trunc('minute', attempted_at) AS minute, outcome, count(*) AS n
+  FROM delivery_attempts
+ WHERE attempted_at > now() - make_interval(mins => $1)
+ GROUP BY 1, 2
+ ORDER BY 1;
+
+-- name: ops_event
+-- One event wherever it is: waiting in the outbox, or dead-lettered (replayed
+-- or not). A delivered event has left both; its task and attempt log remain.
+SELECT o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url, e.body, o.created_at,
+       'pending' AS state, o.last_error, o.last_status_code
+  FROM outbox o JOIN events e USING (event_id) WHERE o.event_id = $1
+UNION ALL
+SELECT event_id, tenant_id, task_id, event_type, callback_url, body, created_at,
+       CASE WHEN replayed_at IS NULL THEN 'dead' ELSE 'replayed' END, last_error,
+       last_status_code
+  FROM dead_letters WHERE event_id = $1
+ LIMIT 1;
+
+-- name: ops_event_attempts
+SELECT event_id, number, attempted_at, duration_ms, outcome, status_code, error, response_prefix
+  FROM delivery_attempts
+ WHERE event_id = $1
+ ORDER BY number;
+
+-- name: ops_close_circuit
+-- A manual close: the host is healthy again as far as the operator knows. Its
+-- held events become claimable at the next claim; the NOTIFY ($2, the outbox
+-- channel) wakes the dispatchers at commit. Rows moved out of the way while
+-- it was open (hold_lanes) are due again at once, as when a probe succeeds;
+-- `was` reads held_until before `closed` clears it (one snapshot for all CTEs).
+WITH was AS (
+    SELECT host, held_until FROM destinations WHERE host = $1 AND state <> 'closed'
+),
+closed AS (
+    UPDATE destinations
+       SET state = 'closed', consecutive_failures = 0, opened_at = NULL, probe_at = NULL,
+           held_until = NULL, updated_at = now()
+     WHERE host = $1 AND state <> 'closed'
+ RETURNING host),
+released AS (
+    UPDATE outbox o SET next_attempt_at = now()
+      FROM was w
+     WHERE o.host = w.host AND o.next_attempt_at = w.held_until
+)
+SELECT host, pg_notify($2, '') FROM closed;
+
+-- name: ops_audit_insert
+INSERT INTO ops_audit (actor, action, count, filter, reason)
+VALUES ($1, $2, $3, $4::jsonb, $5);
+
+-- name: ops_audit_list
+SELECT id, at, actor, action, count, filter::text, reason
+  FROM ops_audit
+ ORDER BY at DESC, id DESC
+ LIMIT $1;
+
+-- name: defer_leases
+-- A local fault (our resolver, file descriptors, HTTP pool): rows go back with
+-- their attempt budget unspent, due again in $3 s so that a fault that
+-- persists does not turn into a claim-fail-release loop. Fenced on the token.
+UPDATE outbox
+   SET leased_until = now() + make_interval(secs => $3), lease_token = NULL, lease_owner = NULL
+ WHERE id = ANY($1::bigint[]) AND lease_token = $2;
+
+-- name: _change_rows
+-- A logged change rendered as the task was at that version: what a change can
+-- alter from the log's state, the immutable fields and the delivery summary
+-- (as it is now) from tasks. A change of a task purged since is left out.
+SELECT c.seq, c.changed_at,
+       t.id, t.tenant_id, t.type, c.state ->> 'status' AS status, t.input,
+       c.state -> 'result' AS result, c.state -> 'error' AS error,
+       t.callback_url, t.metadata, t.created_at,
+       (c.state ->> 'updatedAt')::timestamptz AS updated_at,
+       (c.state ->> 'completedAt')::timestamptz AS completed_at,
+       t.timeout_at, c.version, t.event_id, t.delivery_status, t.delivery_attempts,
+       t.last_attempt_at, t.last_status_code, t.last_error, t.next_attempt_at, t.delivered_at,
+       NULLIF(c.state -> 'progress', 'null'::jsonb) AS progress,
+       t.heartbeat_timeout_s, t.heartbeat_at, t.heartbeat_due_at, t.on_timeout
+  FROM task_changes c JOIN tasks t ON t.id = c.task_id
+
+-- name: number_changes
+-- Numbers up to $1 committed changes waiting in task_change_queue and moves them
+-- into task_changes, with one NOTIFY at commit (number_task_changes in schema.sql
+-- says why that gives no gap and no duplicate). Returns nothing, without taking
+-- any lock, when the queue is empty.
+SELECT stream_tenant, stream_last_seq, numbered FROM number_task_changes($1);
+
+-- name: changes_after
+-- One tenant's changes after seq $2, in seq (= commit) order (the primary key).
+{{_change_rows}}
+ WHERE c.tenant_id = $1 AND c.seq > $2
+ ORDER BY c.seq
+ LIMIT $3;
+
+-- name: task_changes_after
+-- One task's changes after version $2, in order (task_changes_task).
+{{_change_rows}}
+ WHERE c.task_id = $1 AND c.version > $2
+ ORDER BY c.version
+ LIMIT $3;
+
+-- name: stream_position
+-- A tenant's last change number (0 before its first) and the oldest one the
+-- log still holds (NULL when retention left none).
+SELECT COALESCE((SELECT last_seq FROM tenant_streams WHERE tenant_id = $1), 0) AS last_seq,
+       (SELECT min(seq) FROM task_changes WHERE tenant_id = $1) AS oldest_seq;
+
+-- name: task_oldest_version
+-- The oldest version of a task the log still holds (NULL: none).
+SELECT min(version) FROM task_changes WHERE task_id = $1;
+
+-- name: current_changes
+-- A WebSocket subscribe: the tenant's tasks among $2 as they are now, each with
+-- the number and time of the change that made its current version (from
+-- task_changes_task; seq NULL once retention purged it). Another tenant's task is
+-- not found, exactly like a task that does not exist.
+SELECT c.seq, COALESCE(c.changed_at, t.updated_at) AS changed_at, t.*
+  FROM tasks t LEFT JOIN task_changes c ON c.task_id = t.id AND c.version = t.version
+ WHERE t.tenant_id = $1 AND t.id = ANY($2::text[]);
+
+-- name: purge_changes
+-- Changes older than the stream retention, $2 at a time (task_changes_at).
+DELETE FROM task_changes
+ WHERE (tenant_id, seq) IN (
+    SELECT tenant_id, seq FROM task_changes WHERE changed_at < $1 LIMIT $2);

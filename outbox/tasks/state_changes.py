@@ -1,0 +1,170 @@
+"""A task's state changes as plans: the SQL steps and the rules, written once.
+
+Each plan (``hookrelay.outbox.store.steps``) yields the statements it needs and decides
+from their rows; it never touches a connection, so ``hookrelay.outbox.tasks.transitions``
+(async: asyncpg, psycopg, SQLAlchemy) and ``hookrelay.outbox.sync`` run the same plans on
+whatever connection the executor holds. A refusal (not found, not allowed) is
+raised from inside the plan, so the driver's savepoint rolls back with it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, Literal
+
+from hookrelay.outbox import ids
+from hookrelay.outbox.dispatch.destinations import host_key
+from hookrelay.outbox.errors import InvalidTransition, TaskNotFound
+from hookrelay.outbox.models import (
+    LIVE_STATUSES,
+    TERMINAL_STATUSES,
+    EventId,
+    Task,
+    TaskStatus,
+    TerminalStatus,
+    iso,
+)
+from hookrelay.outbox.store import events, tasks
+from hookrelay.outbox.store.steps import Plan, Step
+
+__all__ = [
+    "TimeoutReason",
+    "complete_plan",
+    "destination_host",
+    "event_body",
+    "event_step",
+    "start_plan",
+    "timeout_plan",
+]
+
+
+def destination_host(url: str) -> str:
+    """The destination key of a callback URL (``dispatch.destinations``), per-host limits' unit."""
+    return host_key(url)
+
+
+def event_body(task: Task) -> str:
+    """The webhook body of ``task``'s terminal event, as its commit stores it.
+
+    Built once, when the event is committed, and stored in ``events``; every
+    attempt, retry, replay and redelivery sends those bytes. ``updatedAt`` is
+    the completion time, as it is at commit, so a body rebuilt later for an
+    event stored before bodies were kept (see ``redelivery``) is the same.
+    """
+    at_commit = replace(task, updated_at=task.completed_at or task.updated_at)
+    payload = {
+        "type": f"task.{task.status}",
+        "timestamp": iso(task.completed_at),
+        "data": at_commit.to_event_data(),
+    }
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+
+
+def event_step(task: Task) -> Step:
+    """The outbox row for ``task``'s terminal event (dispatchers wake at the NOTIFY)."""
+    assert task.event_id is not None
+    return events.insert_outbox_step(
+        event_id=task.event_id,
+        tenant_id=task.tenant_id,
+        task_id=task.id,
+        event_type=f"task.{task.status}",
+        callback_url=task.callback_url,
+        host=destination_host(task.callback_url),
+        body=event_body(task),
+    )
+
+
+def _transition(
+    task_id: str,
+    status: TaskStatus,
+    allowed_from: Sequence[TaskStatus],
+    *,
+    result: Any = None,
+    error: Any = None,
+    tenant_id: str | None = None,
+    notify: bool = True,
+) -> Plan[Task]:
+    terminal = status in TERMINAL_STATUSES
+    new_event = EventId(ids.event_id()) if terminal else None
+    task: Task | None = yield tasks.transition_step(
+        task_id=task_id,
+        status=status,
+        allowed_from=allowed_from,
+        result=result,
+        error=error,
+        event_id=new_event,
+        tenant_id=tenant_id,
+    )
+    if task is None:
+        current: Task | None = yield tasks.get_step(task_id=task_id, tenant_id=tenant_id)
+        if current is None:
+            raise TaskNotFound(task_id)
+        raise InvalidTransition(task_id, current)
+    if terminal:
+        yield event_step(task)
+    if notify:
+        yield events.notify_step(task_id=task.id)
+    return task
+
+
+def start_plan(task_id: str, *, notify: bool = True) -> Plan[Task]:
+    """queued → running."""
+    return _transition(task_id, "running", ["queued"], notify=notify)
+
+
+def complete_plan(
+    task_id: str,
+    status: TerminalStatus,
+    result: Any = None,
+    error: Any = None,
+    *,
+    tenant_id: str | None = None,
+    notify: bool = True,
+) -> Plan[Task]:
+    """A live task → terminal ``status``, with its webhook event (ValueError at once
+    for a status that is not terminal). ``notify``: see ``outbox.complete_task``."""
+    if status not in TERMINAL_STATUSES:
+        raise ValueError(f"{status!r} is not a terminal status")
+    return _transition(
+        task_id,
+        status,
+        LIVE_STATUSES,
+        result=result,
+        error=error,
+        tenant_id=tenant_id,
+        notify=notify,
+    )
+
+
+TimeoutReason = Literal["deadline", "heartbeat"]
+
+
+def timeout_plan(task_id: str, reason: TimeoutReason = "deadline") -> Plan[Task]:
+    """→ timed_out: the task's ``onTimeout`` default if it has one, else an error
+    saying which deadline passed."""
+    current: Task | None = yield tasks.get_step(task_id=task_id)
+    default = current.on_timeout if current is not None else None
+    if isinstance(default, dict):
+        result, error = default.get("result"), default.get("error")
+    elif reason == "heartbeat":
+        silent = current.heartbeat_timeout_s if current is not None else None
+        # An executor may time a task out by heartbeat itself, with no timeout set.
+        quiet_for = f" for {silent:g} s" if silent is not None else ""
+        result, error = (
+            None,
+            {
+                "code": "heartbeat_timeout",
+                "message": f"no start or progress report{quiet_for}: the executor is presumed dead",
+            },
+        )
+    else:
+        result, error = (
+            None,
+            {
+                "code": "timed_out",
+                "message": "no result before the task's deadline",
+            },
+        )
+    return (yield from complete_plan(task_id, "timed_out", result=result, error=error))

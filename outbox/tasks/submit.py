@@ -1,0 +1,120 @@
+"""Task rows: submission (with idempotency keys), lookup and the reconciliation listing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from hookrelay.outbox import ids
+from hookrelay.outbox.errors import IdempotencyInFlight, IdempotencyKeyReused
+from hookrelay.outbox.models import Task, TaskId
+from hookrelay.outbox.store import tasks as store
+
+
+@dataclass(frozen=True, slots=True)
+class NewTask:
+    type: str
+    callback_url: str
+    input: Any = None
+    metadata: Any = None
+    timeout_s: float | None = None
+    heartbeat_timeout_s: float | None = None  # a running task silent this long times out
+    on_timeout: Any = None  # {result?, error?} written onto the task if it times out
+
+
+@dataclass(frozen=True, slots=True)
+class Idempotency:
+    key: str
+    request_hash: bytes
+
+
+async def create_task(
+    conn: asyncpg.Connection,
+    tenant_id: str,
+    spec: NewTask,
+    *,
+    idempotency: Idempotency | None = None,
+) -> tuple[Task, bool]:
+    """Insert a queued task; returns ``(task, created)``.
+
+    With an idempotency key, a repeat of the same request returns the first
+    task (``created`` False); a different body under the key raises
+    :class:`IdempotencyKeyReused`; a repeat while the first is still in its
+    transaction raises :class:`IdempotencyInFlight`.
+    """
+    if idempotency is None:
+        # One statement, so one round trip: nothing to keep atomic with it.
+        # (No NOTIFY: nobody can be waiting on a task that did not exist.)
+        return await _insert(conn, tenant_id, spec), True
+    key = idempotency.key
+    async with conn.transaction():
+        if not await store.idempotency_lock(conn, tenant_id=tenant_id, key=key):
+            raise IdempotencyInFlight(key)
+        seen = await store.idempotency_get(conn, tenant_id=tenant_id, key=key)
+        if seen is not None:
+            if seen.request_hash != idempotency.request_hash:
+                raise IdempotencyKeyReused(key)
+            return seen.task, False
+        task = await _insert(conn, tenant_id, spec, (key, idempotency.request_hash))
+    return task, True
+
+
+async def _insert(
+    conn: asyncpg.Connection,
+    tenant_id: str,
+    spec: NewTask,
+    idempotency: tuple[str, bytes] | None = None,
+) -> Task:
+    return await store.insert_task(
+        conn,
+        task_id=TaskId(ids.task_id()),
+        tenant_id=tenant_id,
+        type=spec.type,
+        input=spec.input,
+        callback_url=spec.callback_url,
+        metadata=spec.metadata,
+        timeout_s=spec.timeout_s,
+        heartbeat_timeout_s=spec.heartbeat_timeout_s,
+        on_timeout=spec.on_timeout,
+        idempotency=idempotency,
+    )
+
+
+async def get_task(
+    conn: asyncpg.Connection, task_id: str, *, tenant_id: str | None = None
+) -> Task | None:
+    """The task, or None if it does not exist (or belongs to another tenant)."""
+    return await store.get_task(conn, task_id=task_id, tenant_id=tenant_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    updated_at: datetime
+    id: str
+
+
+async def list_tasks(
+    conn: asyncpg.Connection,
+    tenant_id: str,
+    *,
+    status: str | None = None,
+    updated_after: datetime | None = None,
+    after: Cursor | None = None,
+    limit: int = 100,
+) -> tuple[list[Task], Cursor | None]:
+    """One page in (updated_at, id) order and the cursor of the next, if any."""
+    rows = await store.list_tasks(
+        conn,
+        tenant_id=tenant_id,
+        status=status,
+        updated_after=updated_after,
+        after=(after.updated_at, after.id) if after else None,
+        limit=limit + 1,
+    )
+    tasks = rows[:limit]
+    more = len(rows) > limit
+    nxt = Cursor(tasks[-1].updated_at, tasks[-1].id) if more and tasks else None
+    return tasks, nxt

@@ -1,0 +1,119 @@
+"""The Starlette application: routes, error handlers, and the resources they share."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+
+import asyncpg
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.routing import Route
+
+from hookrelay.outbox.egress.dns import Resolver
+from hookrelay.outbox.store.pool import create_pool
+from hookrelay.service import console
+from hookrelay.service.api import openapi
+from hookrelay.service.api.auth import KeyCache, revocations
+from hookrelay.service.api.errors import HANDLERS
+from hookrelay.service.api.request_guard import GuardMiddleware
+from hookrelay.service.api.routes import (
+    admin,
+    deadletters,
+    destinations,
+    docs,
+    health,
+    metrics,
+    signing_keys,
+    streams,
+    tasks,
+    testevents,
+    ws,
+)
+from hookrelay.service.console.security import SignInThrottle
+from hookrelay.service.live import StreamHub
+from hookrelay.service.live.long_poll import TaskWatcher
+from hookrelay.service.live.wakeups import Signals
+from hookrelay.service.server.prerequisites import Runtime
+
+log = logging.getLogger("hookrelay.api")
+
+# Started beside the API (``hookrelay serve``); each gets the pool and the
+# process's after-commit signals and returns an async context manager that runs
+# it until exit.
+Background = Callable[[asyncpg.Pool, Signals], contextlib.AbstractAsyncContextManager[object]]
+
+
+def create_app(
+    runtime: Runtime,
+    *,
+    pool: asyncpg.Pool | None = None,
+    background: Sequence[Background] = (),
+) -> Starlette:
+    """Build the app; it opens its own pool at startup unless one is given."""
+    settings = runtime.settings
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        own = pool is None
+        app.state.pool = pool or await create_pool(
+            runtime.dsn, min_size=1, max_size=settings.db_pool_size, wait_s=settings.db_wait_s
+        )
+        app.state.watcher = TaskWatcher(runtime.dsn)
+        await app.state.watcher.start()
+        await app.state.hub.start(app.state.pool)
+        app.state.signals = signals = Signals(app.state.pool, app.state.hub, app.state.watcher)
+        app.state.key_revocations = keys = revocations(runtime.dsn, app.state.key_cache)
+        await keys.start()
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                for start in background:
+                    await stack.enter_async_context(start(app.state.pool, signals))
+                yield
+        finally:
+            await signals.stop()
+            await keys.stop()
+            await app.state.hub.stop()
+            await app.state.submit_resolver.close()
+            await app.state.watcher.stop()
+            if own:
+                await app.state.pool.close()
+
+    app = Starlette(
+        routes=[
+            *health.routes,
+            *metrics.routes,
+            *tasks.routes,
+            *streams.routes,
+            *admin.routes,
+            *signing_keys.routes,
+            *testevents.routes,
+            *deadletters.routes,
+            *destinations.routes,
+            *openapi.routes,
+            *docs.routes,
+            *ws.routes,
+            Route("/ops", console.entry, methods=["GET"]),
+            console.mount(runtime.admin_token),
+        ],
+        exception_handlers=HANDLERS,
+        middleware=[Middleware(GuardMiddleware)],
+        lifespan=lifespan,
+    )
+    # /v1/tasks/ is a 404, not a redirect built from the client's Host header.
+    app.router.redirect_slashes = False
+    app.state.settings = settings
+    app.state.admin_token = runtime.admin_token
+    app.state.key_cache = KeyCache()
+    app.state.ops_throttle = SignInThrottle()
+    # One per process: its LISTEN and reads serve every SSE and WebSocket stream.
+    app.state.hub = StreamHub(runtime.dsn, per_tenant=settings.streams_per_tenant)
+    app.state.secret_box = runtime.secret_box
+    app.state.address_policy = settings.address_policy()
+    # Submit-time lookups have their own resolver and deadline, apart from the
+    # dispatcher's, so neither can hold the other's lookups up.
+    app.state.submit_resolver = Resolver(
+        timeout_s=settings.dns_submit_timeout_s, nameservers=settings.nameservers()
+    )
+    return app

@@ -1,0 +1,210 @@
+"""Partner and executor routes on ``/v1/tasks``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+
+import asyncpg
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from hookrelay.outbox.models import ALL_STATUSES, Task
+from hookrelay.outbox.tasks import progress as outbox_progress
+from hookrelay.outbox.tasks import redelivery, transitions
+from hookrelay.outbox.tasks.submit import Idempotency, create_task, get_task
+from hookrelay.service.api import listing, validation
+from hookrelay.service.api.auth import Caller, caller, require_admin, require_tenant
+from hookrelay.service.api.bodies import read_json
+from hookrelay.service.api.errors import NotFound, Unprocessable
+
+RETRY_AFTER_S = "1"
+Change = Callable[[asyncpg.Connection, str], Awaitable[Task]]
+
+
+def task_response(task: Task, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    headers = {"ETag": task.etag, **(headers or {})}
+    if not task.terminal:
+        headers["Retry-After"] = RETRY_AFTER_S
+    return JSONResponse(task.to_resource(), status_code=status, headers=headers)
+
+
+async def submit(request: Request) -> Response:
+    tenant_id = await require_tenant(request)
+    key = validation.idempotency_key(request.headers.get("idempotency-key"))
+    body = await read_json(request)
+    spec = await validation.new_task(
+        body, request.app.state.address_policy, request.app.state.submit_resolver
+    )
+    idem = Idempotency(key, validation.canonical_hash(body)) if key else None
+    async with request.app.state.pool.acquire() as conn:
+        task, created = await create_task(conn, tenant_id, spec, idempotency=idem)
+    headers = {"Location": f"/v1/tasks/{task.id}"}
+    if created:
+        request.app.state.signals.committed(task.id)
+    else:
+        headers["Idempotent-Replayed"] = "true"
+    return task_response(task, 202, headers)
+
+
+async def _visible_task(request: Request, who: Caller | None = None) -> Task:
+    """The path's task as this caller may see it: admins any, tenants their own."""
+    who = who or await caller(request)
+    async with request.app.state.pool.acquire() as conn:
+        task = await get_task(conn, request.path_params["task_id"], tenant_id=who.tenant_id)
+    if task is None:
+        raise NotFound("task not found")
+    return task
+
+
+async def _wait_for_change(
+    request: Request, who: Caller, task: Task, changed: asyncio.Event, wait: float
+) -> Task:
+    """The task once it differs from ``task``, or as it is when ``wait`` runs out.
+
+    A wake-up is a hint, not a promise (one notification may name several
+    changes, a reconnect wakes every waiter): the task is read again and the wait
+    goes on while it is unchanged.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    while (left := deadline - loop.time()) > 0:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait(), left)
+        changed.clear()
+        now = await _visible_task(request, who)
+        if now.etag != task.etag or request.app.state.watcher.released:
+            return now
+    return task
+
+
+def _matches(task: Task, if_none_match: str | None) -> bool:
+    if not if_none_match:
+        return False
+    return task.etag in {t.strip() for t in if_none_match.split(",")}
+
+
+async def show(request: Request) -> Response:
+    wait = validation.wait_seconds(request.query_params.get("wait"))
+    if_none_match = request.headers.get("if-none-match")
+    if wait:
+        # Subscribe before the first read, so a change between the read and
+        # the wait cannot be missed. No connection is held while waiting.
+        who = await caller(request)
+        with request.app.state.watcher.watch(request.path_params["task_id"]) as changed:
+            task = await _visible_task(request, who)
+            if not task.terminal and (if_none_match is None or _matches(task, if_none_match)):
+                task = await _wait_for_change(request, who, task, changed, wait)
+    else:
+        task = await _visible_task(request)
+    if _matches(task, if_none_match):
+        headers = {"ETag": task.etag}
+        if not task.terminal:
+            headers["Retry-After"] = RETRY_AFTER_S
+        return Response(status_code=304, headers=headers)
+    return task_response(task)
+
+
+async def index(request: Request) -> Response:
+    tenant_id = await require_tenant(request)
+    q = request.query_params
+    status = q.get("status")
+    if status is not None and status not in ALL_STATUSES:
+        raise Unprocessable(f"status must be one of: {', '.join(sorted(ALL_STATUSES))}")
+    query = listing.PageQuery(
+        tenant_id=tenant_id,
+        status=status,
+        updated_after=validation.timestamp("updatedAfter", q.get("updatedAfter")),
+        after=validation.decode_cursor(q.get("cursor")),
+        limit=validation.limit(q.get("limit")),
+        fields=listing.parse_fields(q.get("fields")),
+        max_bytes=request.app.state.settings.max_page_bytes,
+    )
+    async with request.app.state.pool.acquire() as conn:
+        parts, nxt = await listing.task_page(conn, query)
+    body = listing.page_body(parts, validation.encode_cursor(nxt))
+    return Response(body, media_type="application/json")
+
+
+# The API's own writes send no NOTIFY in their transaction (``notify=False``):
+# ``_apply`` signals after the commit instead (service/live/wakeups.py says why).
+
+
+async def start(request: Request) -> Response:
+    await require_admin(request)
+    return await _apply(request, lambda conn, tid: transitions.start_task(conn, tid, notify=False))
+
+
+async def complete(request: Request) -> Response:
+    await require_admin(request)
+    status, result, error = validation.completion(await read_json(request))
+    return await _apply(
+        request,
+        lambda conn, tid: transitions.complete_task(conn, tid, status, result, error, notify=False),
+    )
+
+
+async def progress(request: Request) -> Response:
+    await require_admin(request)
+    percent, message = validation.progress(await read_json(request))
+    return await _apply(
+        request,
+        lambda conn, tid: outbox_progress.report_progress(
+            conn, tid, percent, message, notify=False
+        ),
+    )
+
+
+async def cancel(request: Request) -> Response:
+    who = await caller(request)
+    await read_json(request, required=False)
+    return await _apply(
+        request,
+        lambda conn, tid: transitions.cancel_task(conn, tid, tenant_id=who.tenant_id, notify=False),
+    )
+
+
+async def _apply(request: Request, change: Change) -> Response:
+    async with request.app.state.pool.acquire() as conn:
+        task = await change(conn, request.path_params["task_id"])
+    request.app.state.signals.committed(task.id, event=task.terminal)
+    return task_response(task)
+
+
+async def deliveries(request: Request) -> Response:
+    task = await _visible_task(request)
+    async with request.app.state.pool.acquire() as conn:
+        log = await redelivery.attempts(conn, task.id)
+    return JSONResponse(
+        {
+            "taskId": task.id,
+            "eventId": task.event_id,
+            "data": [a.to_resource() for a in log],
+        }
+    )
+
+
+async def redeliver(request: Request) -> Response:
+    who = await caller(request)
+    await read_json(request, required=False)
+    by = "admin" if who.is_admin else f"tenant:{who.tenant_id}"
+    async with request.app.state.pool.acquire() as conn:
+        task = await redelivery.redeliver(
+            conn, request.path_params["task_id"], tenant_id=who.tenant_id, by=by
+        )
+    return task_response(task, 202)
+
+
+routes = [
+    Route("/v1/tasks", submit, methods=["POST"]),
+    Route("/v1/tasks", index, methods=["GET"]),
+    Route("/v1/tasks/{task_id}", show, methods=["GET"]),
+    Route("/v1/tasks/{task_id}/start", start, methods=["POST"]),
+    Route("/v1/tasks/{task_id}/complete", complete, methods=["POST"]),
+    Route("/v1/tasks/{task_id}/cancel", cancel, methods=["POST"]),
+    Route("/v1/tasks/{task_id}/progress", progress, methods=["POST"]),
+    Route("/v1/tasks/{task_id}/deliveries", deliveries, methods=["GET"]),
+    Route("/v1/tasks/{task_id}/redeliver", redeliver, methods=["POST"]),
+]

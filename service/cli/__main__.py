@@ -1,0 +1,3 @@
+from hookrelay.service.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,166 @@
+"""How a long-running command starts and stops: signals, the listening socket, uvicorn.
+
+SIGTERM (what ``docker stop`` and systemd send) and SIGINT (Ctrl-C) mean the
+same thing: stop accepting, let the dispatcher drain, stop the embedded
+server, exit 0. Both are caught on the event loop by :class:`Stopping`, and
+uvicorn's own handlers are switched off: uvicorn re-raises the signal once it
+has shut down, which killed the process (exit 143) before the embedded server
+could be stopped. A second signal forces the HTTP side to stop at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import signal
+import socket
+from collections.abc import AsyncIterator, Callable, Iterator
+
+import uvicorn
+
+from hookrelay.outbox.errors import ConfigurationError
+
+log = logging.getLogger("hookrelay")
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Stopped(Exception):  # noqa: N818 - an outcome, not a failure
+    """A stop was requested while the process was still starting."""
+
+
+class Stopping:
+    """The process's stop request: set by the first SIGTERM or SIGINT."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._on_stop: list[Callable[[], None]] = []
+        self._on_force: list[Callable[[], None]] = []
+
+    @contextlib.contextmanager
+    def handling_signals(self) -> Iterator[Stopping]:
+        loop = asyncio.get_running_loop()
+        for sig in SIGNALS:
+            loop.add_signal_handler(sig, self._signal, sig)
+        try:
+            yield self
+        finally:
+            for sig in SIGNALS:
+                loop.remove_signal_handler(sig)
+
+    def on_stop(
+        self, callback: Callable[[], None], *, force: Callable[[], None] | None = None
+    ) -> None:
+        """Call ``callback`` on the stop request (now, if it was already made)."""
+        self._on_stop.append(callback)
+        if force is not None:
+            self._on_force.append(force)
+        if self.requested:
+            callback()
+
+    def _signal(self, sig: int) -> None:
+        if self.requested:
+            log.warning("%s again: stopping without waiting", signal.Signals(sig).name)
+            for force in self._on_force:
+                force()
+            return
+        self.requested = True
+        log.info("%s received: stopping", signal.Signals(sig).name)
+        for callback in list(self._on_stop):
+            callback()
+
+    @contextlib.asynccontextmanager
+    async def interruptible(self) -> AsyncIterator[None]:
+        """Start-up steps that a stop request cancels (raising :class:`Stopped`)."""
+        if self.requested:
+            raise Stopped
+        task = asyncio.current_task()
+        assert task is not None
+
+        def cancel() -> None:
+            task.cancel()
+
+        self._on_stop.append(cancel)
+        try:
+            yield
+        except asyncio.CancelledError:
+            if not self.requested:
+                raise
+            task.uncancel()
+            raise Stopped from None
+        finally:
+            self._on_stop.remove(cancel)
+        if self.requested:
+            raise Stopped
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The API's listening socket, bound before anything else starts.
+
+    A busy port or a bad host then fails at once in one line, not after the
+    database was started and migrated.
+    """
+    where = f"{host}:{port}"
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ConfigurationError(
+            f"cannot listen on {where}: unknown host; fix --host or HOOKRELAY_HOST ({exc})"
+        ) from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigurationError(
+                f"port {port} on {host} is already in use: stop what listens there, "
+                "or choose another port with --port or HOOKRELAY_PORT"
+            ) from None
+        raise ConfigurationError(
+            f"cannot listen on {where}: {exc.strerror}; "
+            "fix --host/--port or HOOKRELAY_HOST/HOOKRELAY_PORT"
+        ) from None
+    return sock
+
+
+class Server(uvicorn.Server):
+    """uvicorn without signal handlers of its own, announcing itself once it listens,
+    and ending long-lived responses (status streams) as soon as shutdown begins."""
+
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        *,
+        on_listening: Callable[[], None],
+        on_shutdown: Callable[[], None] = lambda: None,
+    ) -> None:
+        super().__init__(config)
+        self._on_listening = on_listening
+        self._on_shutdown = on_shutdown
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # Stopping owns SIGTERM and SIGINT; see the module docstring.
+        yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            self._on_listening()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # uvicorn waits for open responses before the lifespan shutdown; a stream
+        # would hold it for the whole graceful timeout, so streams end first.
+        self._on_shutdown()
+        await super().shutdown(sockets=sockets)
+
+    def stop(self) -> None:
+        self.should_exit = True
+
+    def force(self) -> None:
+        self.force_exit = True

@@ -1,0 +1,52 @@
+"""Opening the database at start: migrations first, then the master key check.
+
+Every process runs this before it serves or dispatches anything, so a process
+holding the wrong master key exits at once with one line instead of failing
+every delivery later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from hookrelay.outbox.errors import ConfigurationError
+from hookrelay.outbox.keys.at_rest import KEY_FILE, key_id, parse_master_key
+from hookrelay.outbox.keys.master_key import MasterKeyMismatch, verify_or_record
+from hookrelay.outbox.store.migrate import migrate
+from hookrelay.outbox.store.pool import create_pool
+from hookrelay.service.server.prerequisites import Runtime
+
+log = logging.getLogger("hookrelay")
+
+
+async def open_database(runtime: Runtime, *, check_key: bool = True) -> None:
+    """Apply pending migrations, then verify (or first record) the master key."""
+    pool = await create_pool(runtime.dsn, min_size=1, max_size=1, wait_s=runtime.settings.db_wait_s)
+    try:
+        async with pool.acquire() as conn:
+            for m in await migrate(conn):
+                log.info("applied migration %04d_%s", m.version, m.name)
+            if not check_key:
+                return
+            try:
+                check = await verify_or_record(
+                    conn, runtime.secret_box, generated=runtime.master_key_generated
+                )
+            except MasterKeyMismatch:
+                _forget_generated_key(runtime)
+                raise
+            if check.recorded:
+                log.info("recorded master key id %s for this database", check.key_id)
+    finally:
+        await pool.close()
+
+
+def _forget_generated_key(runtime: Runtime) -> None:
+    """Remove a key this start generated and the database refused: it encrypts nothing."""
+    if not runtime.master_key_generated:
+        return
+    path = runtime.settings.data_dir / KEY_FILE
+    with contextlib.suppress(OSError, ConfigurationError):
+        if key_id(parse_master_key(path.read_text())) == runtime.secret_box.key_id:
+            path.unlink()

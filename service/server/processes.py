@@ -1,0 +1,145 @@
+"""The long-running commands: ``serve``, ``api`` and ``dispatch``.
+
+Each binds what it must first (the port), then opens the database, then runs
+until SIGTERM or SIGINT, and always lets go of the embedded server last.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.applications import Starlette
+
+from hookrelay.outbox.store.pool import create_pool
+from hookrelay.outbox.tasks.timeouts import sweeping
+from hookrelay.service.api.app import create_app
+from hookrelay.service.cli.tty_text import printable
+from hookrelay.service.server import event_loop as serving
+from hookrelay.service.server import lifecycle
+from hookrelay.service.server.background import (
+    dispatcher_background,
+    make_dispatcher,
+    sweeper_background,
+)
+from hookrelay.service.server.lifecycle import Stopped, Stopping
+from hookrelay.service.server.open_database import open_database
+from hookrelay.service.server.prerequisites import Runtime, prepare
+from hookrelay.service.server.settings import Settings
+
+log = logging.getLogger("hookrelay")
+
+
+def _where(runtime: Runtime) -> list[str]:
+    s = runtime.settings
+    database = f"embedded PostgreSQL in {s.data_dir / 'pg'}" if runtime.embedded else "DATABASE_URL"
+    unused = "" if s.data_dir.is_dir() else " (not created: nothing is kept there)"
+    return [f"database:        {database}", f"data directory:  {s.data_dir}{unused}"]
+
+
+def _banner(runtime: Runtime, url: str) -> None:
+    lines = [f"hookrelay listening on {url}", *_where(runtime)]
+    lines.append(f"admin token:     {runtime.admin_token_source()}")
+    if runtime.admin_token_created:
+        lines.append(
+            "\nFirst run: an admin token was generated and saved to "
+            f"{runtime.admin_token_source()}\n\n  HOOKRELAY_ADMIN_TOKEN={runtime.admin_token}\n\n"
+            "Create a tenant with:\n"
+            f"  curl -s -X POST {url}/v1/admin/tenants \\\n"
+            f"       -H 'Authorization: Bearer {runtime.admin_token}' \\\n"
+            "       -H 'content-type: application/json' -d '{\"name\": \"acme\"}'\n"
+            "or: hookrelay tenants create acme\n"
+        )
+    print(printable("\n".join(lines), keep_newlines=True), flush=True)
+
+
+def _end_long_responses(app: Starlette) -> None:
+    # uvicorn waits for open responses before it shuts the app down: streams end
+    # and long-polls answer now, rather than outlast the graceful timeout.
+    app.state.hub.end_all()
+    app.state.watcher.release_all()
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+async def serve(settings: Settings, *, with_dispatcher: bool) -> None:
+    """``serve`` (API, dispatcher and sweeper) or ``api`` (the API alone)."""
+    stopping = Stopping()
+    runtime: Runtime | None = None
+    with stopping.handling_signals():
+        sock = lifecycle.bind(settings.host, settings.port)
+        try:
+            async with stopping.interruptible():
+                # Only `serve` may create a data directory (and an embedded database).
+                runtime = prepare(settings, may_create=with_dispatcher)
+                await open_database(runtime)
+            background = (
+                [dispatcher_background(runtime), sweeper_background(runtime)]
+                if with_dispatcher
+                else []
+            )
+            app = create_app(runtime, background=background)
+            # Descriptors kept for the dispatcher's deliveries and the database pools.
+            reserve = (settings.concurrency if with_dispatcher else 0) + 2 * settings.db_pool_size
+            limits = serving.ConnectionLimits(
+                header_timeout_s=settings.header_timeout_s,
+                body_timeout_s=settings.body_timeout_s,
+                max_connections=serving.descriptor_cap(settings.max_connections, reserve + 64),
+                ws_ping_s=settings.ws_ping_s,
+            )
+            config = serving.uvicorn_config(
+                app,
+                host=settings.host,
+                port=settings.port,
+                graceful_s=int(settings.http_timeout_s) + 5,
+                limits=limits,
+            )
+            ready = runtime
+            server = lifecycle.Server(
+                config,
+                on_listening=lambda: _banner(ready, _url(settings.host, settings.port)),
+                on_shutdown=lambda: _end_long_responses(app),
+            )
+            stopping.on_stop(server.stop, force=server.force)
+            await server.serve(sockets=[sock])
+        except Stopped:
+            log.info("stopped while starting")
+        finally:
+            sock.close()
+            if runtime is not None:
+                runtime.close()
+    log.info("hookrelay stopped")
+
+
+async def dispatch(settings: Settings) -> None:
+    """``dispatch``: claim and deliver until stopped; in-flight attempts finish first."""
+    stopping = Stopping()
+    runtime: Runtime | None = None
+    with stopping.handling_signals():
+        try:
+            async with stopping.interruptible():
+                runtime = prepare(settings, may_create=False, needs_token=False)
+                await open_database(runtime)
+            s = runtime.settings
+            pool = await create_pool(
+                runtime.dsn, min_size=1, max_size=s.db_pool_size, wait_s=s.db_wait_s
+            )
+            try:
+                dispatcher = make_dispatcher(runtime, pool)
+                stopping.on_stop(dispatcher.stop)
+                lines = [
+                    f"hookrelay dispatcher {dispatcher.config.owner} started",
+                    *_where(runtime),
+                ]
+                print(printable("\n".join(lines), keep_newlines=True), flush=True)
+                log.info("dispatcher %s started", dispatcher.config.owner)
+                async with sweeping(pool, s.sweep_interval_s, s.retention()):
+                    await dispatcher.run()
+            finally:
+                await pool.close()
+        except Stopped:
+            log.info("stopped while starting")
+        finally:
+            if runtime is not None:
+                runtime.close()
