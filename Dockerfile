@@ -7,10 +7,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
 RUN useradd --create-home --uid 10001 hookrelay && mkdir /data && chown hookrelay /data
 WORKDIR /app
 COPY pyproject.toml README.md schema.sql ./
+COPY client ./client
 COPY outbox ./outbox
 COPY service ./service
-# The only network use at build time: the package and its runtime dependencies (no test extras).
-RUN pip install --no-cache-dir . && rm -rf /root/.cache
+# The only network use at build time: the two distributions (hookrelay-client, then
+# hookrelay-server, which depends on it) and their runtime dependencies (no test extras).
+RUN pip install --no-cache-dir ./client . && rm -rf /root/.cache
 
 USER hookrelay
 VOLUME /data

@@ -19,7 +19,7 @@ def test_dockerignore_keeps_local_state_out_of_the_build_context() -> None:
 
 def test_image_is_runtime_only_non_root_and_checks_readiness() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
-    assert re.search(r"pip install --no-cache-dir \. ", dockerfile), "runtime dependencies only"
+    assert re.search(r"pip install --no-cache-dir \./client \. ", dockerfile), "runtime only"
     assert "[test]" not in dockerfile and "[dev]" not in dockerfile
     user = re.search(r"^USER (\S+)$", dockerfile, re.M)
     assert user and user.group(1) not in {"root", "0"}
