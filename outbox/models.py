@@ -1,11 +1,19 @@
-"""Typed rows of the domain and their JSON shapes (camelCase, as the API shows them)."""
+"""Typed rows of the domain and their JSON shapes (camelCase, as the API shows them).
+
+The shapes are msgspec Structs: the API encodes them as they are, webhooks carry
+:class:`TaskData`, and ``/openapi.json`` takes its schemas from the same declarations
+(``hookrelay.service.api.shapes`` declares the rest of the API's shapes beside them).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, NewType, get_args
+from typing import Annotated, Any, Literal, NewType, get_args
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
 
 # Ids are plain text in the database; the types keep a task id from being
 # passed where an event id is meant.
@@ -41,6 +49,79 @@ def iso(ts: datetime | None) -> str | None:
     if ts is None:
         return None
     return ts.isoformat().replace("+00:00", "Z")
+
+
+MAX_PROGRESS_MESSAGE = 1000
+# The API's times: ISO-8601 in UTC with a Z, as msgspec encodes an aware datetime.
+Time = Annotated[datetime, Meta(tz=True)]
+
+
+class Progress(msgspec.Struct, rename="camel"):
+    """The last progress report of a running task (`POST /v1/tasks/{id}/progress`)."""
+
+    percent: Annotated[float, Meta(ge=0, le=100)]
+    message: Annotated[str, Meta(max_length=MAX_PROGRESS_MESSAGE)] | None
+    updated_at: Time
+
+
+class OnTimeout(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """What is written onto the task if it times out: the default path."""
+
+    result: Any | UnsetType = UNSET
+    error: Any | UnsetType = UNSET
+
+
+class TaskData(msgspec.Struct, rename="camel"):
+    """A task as a webhook's `data` shows it: the resource without `delivery`."""
+
+    id: TaskId
+    type: str
+    status: TaskStatus
+    input: Any
+    result: Any
+    error: Any
+    callback_url: str
+    metadata: dict[str, Any] | None
+    created_at: Time
+    updated_at: Time
+    completed_at: Time | None
+    timeout_at: Time | None
+    heartbeat_timeout_s: float | None = msgspec.field(name="heartbeatTimeoutSeconds")
+    on_timeout: OnTimeout | None
+    progress: Progress | None
+    version: Annotated[int, Meta(description="+1 per transition and progress report")]
+
+
+class DeliverySummary(msgspec.Struct, rename="camel"):
+    """Where the task's terminal event is: `none` until there is one."""
+
+    event_id: EventId | None
+    status: DeliveryStatus
+    attempts: int
+    last_attempt_at: Time | None
+    last_status_code: int | None
+    last_error: str | None
+    next_attempt_at: Time | None
+    delivered_at: Time | None
+
+
+class TaskResource(TaskData):
+    """A task, as every route that answers with one shows it."""
+
+    delivery: DeliverySummary
+
+
+class AttemptResource(msgspec.Struct, rename="camel"):
+    """One delivery attempt of an event."""
+
+    event_id: EventId
+    number: int
+    attempted_at: Time
+    duration_ms: float
+    outcome: Outcome
+    status_code: int | None
+    error: str | None
+    response_prefix: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,25 +168,28 @@ class Task:
         # updated_at, so the pair identifies one representation.
         return f'"{self.version}-{int(self.updated_at.timestamp() * 1_000_000)}"'
 
-    def to_resource(self) -> dict[str, Any]:
-        """The task as the API shows it: :meth:`to_event_data` and its delivery summary."""
-        return {
-            **self.to_event_data(),
-            "delivery": {
-                "eventId": self.event_id,
-                "status": self.delivery_status,
-                "attempts": self.delivery_attempts,
-                "lastAttemptAt": iso(self.last_attempt_at),
-                "lastStatusCode": self.last_status_code,
-                "lastError": self.last_error,
-                "nextAttemptAt": iso(self.next_attempt_at),
-                "deliveredAt": iso(self.delivered_at),
-            },
-        }
+    def resource(self) -> TaskResource:
+        """The task as the API shows it: its :meth:`event_data` and its delivery summary."""
+        return TaskResource(
+            **self._data(),
+            delivery=DeliverySummary(
+                event_id=self.event_id,
+                status=self.delivery_status,
+                attempts=self.delivery_attempts,
+                last_attempt_at=self.last_attempt_at,
+                last_status_code=self.last_status_code,
+                last_error=self.last_error,
+                next_attempt_at=self.next_attempt_at,
+                delivered_at=self.delivered_at,
+            ),
+        )
 
-    def to_event_data(self) -> dict[str, Any]:
+    def event_data(self) -> TaskData:
         """The task as a webhook's ``data`` shows it: no ``delivery`` block, which
         changes with every attempt while the body is fixed when it is committed."""
+        return TaskData(**self._data())
+
+    def _data(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "type": self.type,
@@ -113,17 +197,25 @@ class Task:
             "input": self.input,
             "result": self.result,
             "error": self.error,
-            "callbackUrl": self.callback_url,
+            "callback_url": self.callback_url,
             "metadata": self.metadata,
-            "createdAt": iso(self.created_at),
-            "updatedAt": iso(self.updated_at),
-            "completedAt": iso(self.completed_at),
-            "timeoutAt": iso(self.timeout_at),
-            "heartbeatTimeoutSeconds": self.heartbeat_timeout_s,
-            "onTimeout": self.on_timeout,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "completed_at": self.completed_at,
+            "timeout_at": self.timeout_at,
+            "heartbeat_timeout_s": self.heartbeat_timeout_s,
+            "on_timeout": self.on_timeout,
             "progress": self.progress,
             "version": self.version,
         }
+
+    def to_resource(self) -> dict[str, Any]:
+        """:meth:`resource` as plain JSON values, for callers that edit or embed it."""
+        return msgspec.to_builtins(self.resource())  # type: ignore[no-any-return]
+
+    def to_event_data(self) -> dict[str, Any]:
+        """:meth:`event_data` as plain JSON values (the stored webhook body is built from it)."""
+        return msgspec.to_builtins(self.event_data())  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,14 +235,14 @@ class Attempt:
     def from_row(cls, row: Mapping[str, Any]) -> Attempt:
         return cls(**{name: row[name] for name in cls.__slots__})
 
-    def to_resource(self) -> dict[str, Any]:
-        return {
-            "eventId": self.event_id,
-            "number": self.number,
-            "attemptedAt": iso(self.attempted_at),
-            "durationMs": round(self.duration_ms, 3),
-            "outcome": self.outcome,
-            "statusCode": self.status_code,
-            "error": self.error,
-            "responsePrefix": self.response_prefix,
-        }
+    def resource(self) -> AttemptResource:
+        return AttemptResource(
+            event_id=self.event_id,
+            number=self.number,
+            attempted_at=self.attempted_at,
+            duration_ms=round(self.duration_ms, 3),
+            outcome=self.outcome,
+            status_code=self.status_code,
+            error=self.error,
+            response_prefix=self.response_prefix,
+        )

@@ -10,7 +10,6 @@ import hashlib
 import hmac
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import asyncpg
 
@@ -58,18 +57,6 @@ class NewTenant:
 
     def __repr__(self) -> str:
         return f"NewTenant(id={self.id!r}, name={self.name!r}, api_key=***, signing_secret=***)"
-
-    def to_resource(self) -> dict[str, Any]:
-        """The creation answer: credentials a v1 tenant signs with (``signingSecret``) or a
-        v1a tenant's receivers verify with (``publicKey``); null when the scheme has none."""
-        return {
-            "id": self.id,
-            "name": self.name,
-            "signatureScheme": self.signature_scheme,
-            "apiKey": self.api_key,
-            "signingSecret": self.signing_secret,
-            "publicKey": self.public_key,
-        }
 
 
 def hash_api_key(api_key: str) -> bytes:

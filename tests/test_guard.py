@@ -54,6 +54,13 @@ DATE_PARAMS = _params("query", lambda s: s.get("format") == "date-time")
 NUMBER_PARAMS = _params("query", lambda s: s.get("type") in {"integer", "number"})
 CURSOR_PARAMS = [c for c in QUERY_PARAMS if c[2] == "cursor"]
 BODY_OPS = [(m, p) for m, p, op in OPS if "requestBody" in op]
+
+
+def _options(schema: dict[str, Any]) -> list[dict[str, Any]]:
+    """The schemas an optional field may match (``anyOf`` with null), or the one."""
+    return schema.get("anyOf", [schema])  # type: ignore[no-any-return]
+
+
 DATE_BODY_FIELDS = [
     (m, p, name)
     for m, p, op in OPS
@@ -63,7 +70,7 @@ DATE_BODY_FIELDS = [
     .get("schema", {})
     .get("properties", {})
     .items()
-    if schema.get("format") == "date-time"
+    if any(s.get("format") == "date-time" for s in _options(schema))
 ]
 
 

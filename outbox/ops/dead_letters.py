@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
 
 import asyncpg
 
 from hookrelay.outbox.errors import AlreadyReplayed, DeadLetterNotFound
-from hookrelay.outbox.models import Attempt, EventId, iso
+from hookrelay.outbox.models import Attempt, EventId
 from hookrelay.outbox.ops.requeue import put_back
 from hookrelay.outbox.store import deadletters as store
 from hookrelay.outbox.store import events
@@ -24,26 +23,9 @@ __all__ = [
     "replay_batch",
     "replay_matching",
     "replay_one",
-    "to_resource",
 ]
 
 REPLAY_BATCH = 1000
-
-
-def to_resource(letter: DeadLetter) -> dict[str, Any]:
-    return {
-        "eventId": letter.event_id,
-        "tenantId": letter.tenant_id,
-        "taskId": letter.task_id,
-        "eventType": letter.event_type,
-        "callbackUrl": letter.callback_url,
-        "createdAt": iso(letter.created_at),
-        "failedAt": iso(letter.failed_at),
-        "attempts": letter.attempts,
-        "lastError": letter.last_error,
-        "lastStatusCode": letter.last_status_code,
-        "replayCount": letter.replay_count,
-    }
 
 
 async def list_dead_letters(

@@ -60,14 +60,6 @@ class TestEvent:
     status: TestEventStatus
     attempts: list[Attempt]
 
-    def to_resource(self) -> dict[str, Any]:
-        return {
-            "eventId": self.event_id,
-            "type": PING,
-            "status": self.status,
-            "attempts": [a.to_resource() for a in self.attempts],
-        }
-
 
 async def get_test_event(conn: asyncpg.Connection, tenant_id: str, event_id: str) -> TestEvent:
     """The tenant's test event; :class:`TestEventNotFound` if it has none by that id."""

@@ -15,46 +15,21 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import asyncpg
+import msgspec
 
 from hookrelay.outbox.models import Task
 from hookrelay.outbox.tasks.submit import Cursor, list_tasks
-from hookrelay.service.api.errors import BadRequest
 
 CHUNK_ROWS = 20
-# Every top-level field of the task resource; id and updatedAt always come back,
-# since they are what a caller reconciles and resumes by.
-TASK_FIELDS = frozenset(
-    [
-        "id",
-        "type",
-        "status",
-        "input",
-        "result",
-        "error",
-        "callbackUrl",
-        "metadata",
-        "createdAt",
-        "updatedAt",
-        "completedAt",
-        "timeoutAt",
-        "version",
-        "delivery",
-    ]
-)
+# id and updatedAt always come back with fields=: they are what a caller reconciles
+# and resumes by. Which names fields= takes is the task resource's (shapes.TaskField).
 ALWAYS = frozenset({"id", "updatedAt"})
+_ENCODER = msgspec.json.Encoder()
 
 
-def parse_fields(raw: str | None) -> frozenset[str] | None:
-    """``fields=id,status,delivery`` → those fields (plus id, updatedAt); None: all."""
-    if raw is None:
-        return None
-    names = {name.strip() for name in raw.split(",") if name.strip()}
-    unknown = sorted(names - TASK_FIELDS)
-    if unknown or not names:
-        raise BadRequest(
-            f"fields must be a comma-separated list of: {', '.join(sorted(TASK_FIELDS))}"
-        )
-    return frozenset(names) | ALWAYS
+def selected(fields: list[str] | None) -> frozenset[str] | None:
+    """The fields of each task to show (``fields=``, plus id and updatedAt); None: all."""
+    return None if fields is None else frozenset(fields) | ALWAYS
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,10 +44,9 @@ class PageQuery:
 
 
 def _encode(task: Task, fields: frozenset[str] | None) -> bytes:
-    resource = task.to_resource()
-    if fields is not None:
-        resource = {k: v for k, v in resource.items() if k in fields}
-    return json.dumps(resource, ensure_ascii=False, separators=(",", ":")).encode()
+    if fields is None:
+        return _ENCODER.encode(task.resource())
+    return _ENCODER.encode({k: v for k, v in task.to_resource().items() if k in fields})
 
 
 async def task_page(conn: asyncpg.Connection, q: PageQuery) -> tuple[list[bytes], Cursor | None]:

@@ -1,258 +1,139 @@
-"""``/openapi.json``: an OpenAPI 3.1 description of every route, written as data."""
+"""``/openapi.json``: an OpenAPI 3.1 description of every route.
+
+The schemas of bodies, query parameters and answers are generated from the Structs of
+``hookrelay.service.api.shapes`` (and the task's, in ``hookrelay.outbox.models``): the
+same declarations that decode, validate and encode them. What is written here is what
+no shape holds: each route's summary, statuses, credentials and links.
+"""
 
 from __future__ import annotations
 
-from typing import Any, get_args
+import copy
+from functools import cache
+from importlib.metadata import version
+from typing import Any
 
+import msgspec
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
-from hookrelay.outbox.models import (
-    CircuitState,
-    DeliveryStatus,
-    KeyScheme,
-    Outcome,
-    SignatureScheme,
-    TaskStatus,
-    TerminalStatus,
-    TestEventStatus,
-)
+from hookrelay.outbox.models import TaskResource
+from hookrelay.service.api import shapes
 
 Schema = dict[str, Any]
+REF = "#/components/schemas/{name}"
+
+# Every Struct the document names; their schemas become components.
+SHAPES: tuple[type[msgspec.Struct], ...] = (
+    shapes.Error,
+    TaskResource,
+    shapes.TaskPage,
+    shapes.Deliveries,
+    shapes.TenantCreated,
+    shapes.TenantPage,
+    shapes.SecretRotated,
+    shapes.KeyRotated,
+    shapes.DeadLetterPage,
+    shapes.DeadLetterDetail,
+    shapes.Replayed,
+    shapes.Destinations,
+    shapes.SigningKeys,
+    shapes.TestEvent,
+    shapes.Health,
+    shapes.SubmitBody,
+    shapes.CompleteBody,
+    shapes.ProgressBody,
+    shapes.TenantBody,
+    shapes.ReplayBody,
+    shapes.BulkReplayBody,
+    shapes.PingBody,
+    shapes.NoBody,
+    shapes.WaitQuery,
+    shapes.Paging,
+    shapes.TaskListQuery,
+    shapes.DeadLetterFilter,
+    shapes.DeadLetterQuery,
+    shapes.LimitQuery,
+)
 
 
-def _enum(literal: Any) -> Schema:
-    """A JSON Schema enum of a Literal's values (outbox/models.py holds them once)."""
-    return {"enum": list(get_args(literal))}
+@cache
+def _components() -> dict[str, Schema]:
+    _, components = msgspec.json.schema_components(SHAPES, ref_template=REF)
+    return components
 
 
-TS: Schema = {"type": ["string", "null"], "format": "date-time"}
-ERROR: Schema = {
-    "type": "object",
-    "required": ["error"],
-    "properties": {
-        "error": {
-            "type": "object",
-            "required": ["code", "message"],
-            "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+def _ref(shape: type[msgspec.Struct]) -> Schema:
+    return {"$ref": REF.format(name=shape.__name__)}
+
+
+def _inline(shape: type[msgspec.Struct]) -> Schema:
+    """A request body's schema in place (each body belongs to one route)."""
+    return copy.deepcopy(_components()[shape.__name__])
+
+
+def _not_null(schema: Schema) -> Schema:
+    """A query parameter's schema: absent is how it is left out, never null."""
+    schema = dict(schema)
+    options = [s for s in schema.pop("anyOf", []) if s != {"type": "null"}]
+    if options:
+        schema = {**options[0], **{k: v for k, v in schema.items() if k != "default"}}
+    return schema
+
+
+def _query(shape: type[msgspec.Struct]) -> list[Schema]:
+    """One parameter per field of a query Struct; lists are comma-separated."""
+    component = _components()[shape.__name__]
+    params = []
+    for name, schema in component["properties"].items():
+        schema = _not_null(schema)
+        param: Schema = {
+            "name": name,
+            "in": "query",
+            "required": name in component.get("required", []),
+            "schema": schema,
         }
-    },
-}
-DELIVERY: Schema = {
-    "type": "object",
-    "properties": {
-        "eventId": {"type": ["string", "null"]},
-        "status": _enum(DeliveryStatus),
-        "attempts": {"type": "integer"},
-        "lastAttemptAt": TS,
-        "lastStatusCode": {"type": ["integer", "null"]},
-        "lastError": {"type": ["string", "null"]},
-        "nextAttemptAt": TS,
-        "deliveredAt": TS,
-    },
-}
-TASK: Schema = {
-    "type": "object",
-    "required": ["id", "type", "status", "version", "delivery"],
-    "properties": {
-        "id": {"type": "string", "pattern": "^task_"},
-        "type": {"type": "string"},
-        "status": _enum(TaskStatus),
-        "input": {},
-        "result": {},
-        "error": {},
-        "callbackUrl": {"type": "string", "format": "uri"},
-        "metadata": {"type": ["object", "null"]},
-        "createdAt": TS,
-        "updatedAt": TS,
-        "completedAt": TS,
-        "timeoutAt": TS,
-        "heartbeatTimeoutSeconds": {"type": ["number", "null"]},
-        "onTimeout": {"type": ["object", "null"]},
-        "progress": {
-            "type": ["object", "null"],
-            "properties": {
-                "percent": {"type": "number"},
-                "message": {"type": ["string", "null"]},
-                "updatedAt": {"type": "string", "format": "date-time"},
-            },
-        },
-        "version": {"type": "integer"},
-        "delivery": DELIVERY,
-    },
-}
-SIGNING_KEYS: Schema = {
-    "type": "object",
-    "properties": {
-        "signatureScheme": _enum(SignatureScheme),
-        "data": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["scheme", "createdAt", "expiresAt"],
-                "properties": {
-                    "scheme": _enum(KeyScheme),
-                    "publicKey": {"type": "string", "pattern": "^whpk_"},
-                    "createdAt": TS,
-                    "expiresAt": TS,
-                },
-            },
-        },
-    },
-}
-SUBMIT: Schema = {
-    "type": "object",
-    "required": ["type", "callbackUrl"],
-    "additionalProperties": False,
-    "properties": {
-        "type": {"type": "string", "minLength": 1, "maxLength": 100},
-        "input": {},
-        "callbackUrl": {"type": "string", "maxLength": 2048},
-        "metadata": {"type": "object"},
-        "timeoutSeconds": {"type": "number", "exclusiveMinimum": 0, "maximum": 2592000},
-        "heartbeatTimeoutSeconds": {"type": "number", "minimum": 1, "maximum": 2592000},
-        "onTimeout": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {"result": {}, "error": {}},
-        },
-    },
-}
-PROGRESS: Schema = {
-    "type": "object",
-    "required": ["percent"],
-    "additionalProperties": False,
-    "properties": {
-        "percent": {"type": "number", "minimum": 0, "maximum": 100},
-        "message": {"type": "string", "maxLength": 1000},
-    },
-}
-COMPLETE: Schema = {
-    "type": "object",
-    "required": ["status"],
-    "additionalProperties": False,
-    "properties": {"status": _enum(TerminalStatus), "result": {}, "error": {}},
-}
-ATTEMPT: Schema = {
-    "type": "object",
-    "properties": {
-        "eventId": {"type": "string"},
-        "number": {"type": "integer"},
-        "attemptedAt": TS,
-        "durationMs": {"type": "number"},
-        "outcome": _enum(Outcome),
-        "statusCode": {"type": ["integer", "null"]},
-        "error": {"type": ["string", "null"]},
-        "responsePrefix": {"type": ["string", "null"]},
-    },
-}
-TEST_EVENT: Schema = {
-    "type": "object",
-    "required": ["eventId", "type", "status"],
-    "properties": {
-        "eventId": {"type": "string", "pattern": "^evt_"},
-        "type": {"const": "ping"},
-        "status": _enum(TestEventStatus),
-        "attempts": {"type": "array", "items": ATTEMPT},
-    },
-}
-DEAD_LETTER: Schema = {
-    "type": "object",
-    "properties": {
-        k: {}
-        for k in (
-            "eventId",
-            "tenantId",
-            "taskId",
-            "eventType",
-            "callbackUrl",
-            "createdAt",
-            "failedAt",
-            "attempts",
-            "lastError",
-            "lastStatusCode",
-            "replayCount",
-        )
-    },
-}
-
-DESTINATION: Schema = {
-    "type": "object",
-    "properties": {
-        "host": {"type": "string"},
-        "state": _enum(CircuitState),
-        **{
-            k: {}
-            for k in (
-                "consecutiveFailures",
-                "lastError",
-                "lastFailureAt",
-                "openedAt",
-                "nextProbeAt",
-                "heldDeliveries",
-            )
-        },
-    },
-}
+        if schema.get("type") == "array":
+            param.update(style="form", explode=False)
+        params.append(param)
+    return params
 
 
 def _json(schema: Schema, description: str = "OK") -> Schema:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
-TENANT: Schema = {
-    "type": "object",
-    "properties": {
-        "id": {"type": "string"},
-        "name": {"type": "string"},
-        "createdAt": {"type": "string", "format": "date-time"},
-        "secretCount": {"type": "integer", "description": "signing secrets that sign now"},
-    },
-}
-
-# Why an operator replays; kept in the audit trail (ops_audit).
-REASON: Schema = {"type": "string", "minLength": 1, "maxLength": 500}
-
-
-def _page(item: Schema) -> Schema:
-    return {
-        "type": "object",
-        "properties": {
-            "data": {"type": "array", "items": item},
-            "nextCursor": {"type": ["string", "null"]},
-        },
-    }
-
-
 def _op(
     summary: str,
-    ok: tuple[int, Schema],
+    ok: tuple[int, type[msgspec.Struct]],
     *,
-    body: Schema | None = None,
+    body: type[msgspec.Struct] | None = None,
     params: list[Schema] | None = None,
+    query: type[msgspec.Struct] | None = None,
     errors: tuple[int, ...] = (401, 404),
     secured: bool = True,
     body_required: bool = True,
     op_id: str | None = None,
     links: dict[str, Schema] | None = None,
 ) -> Schema:
-    responses = {str(ok[0]): _json(ok[1])}
+    responses = {str(ok[0]): _json(_ref(ok[1]))}
     if links:
         responses[str(ok[0])]["links"] = links
     # 400 on every route: the parsing layer (service/api/request_guard.py) answers before routing.
     for code in sorted({400, *errors}):
-        responses[str(code)] = _json({"$ref": "#/components/schemas/Error"}, "Error")
+        responses[str(code)] = _json(_ref(shapes.Error), "Error")
     op: Schema = {"summary": summary, "responses": responses}
     if op_id is not None:
         op["operationId"] = op_id
     if body is not None:
         op["requestBody"] = {
             "required": body_required,
-            "content": {"application/json": {"schema": body}},
+            "content": {"application/json": {"schema": _inline(body)}},
         }
-    if params:
-        op["parameters"] = params
+    every = [*(params or []), *(_query(query) if query is not None else [])]
+    if every:
+        op["parameters"] = every
     if not secured:
         op["security"] = []
     return op
@@ -268,7 +149,7 @@ def _stream(
 ) -> Schema:
     """A Server-Sent Events route: 200 is text/event-stream, errors are JSON; ``ends``:
     204 when the client already has the last event there will ever be."""
-    op = _op(summary, (200, {}), params=params, errors=errors, op_id=op_id)
+    op = _op(summary, (200, shapes.Error), params=params, errors=errors, op_id=op_id)
     op["responses"]["200"] = {
         "description": "Server-Sent Events: `event: task` with the task as `data`, "
         "`event: reset` when history is gone, `: ping` comments",
@@ -289,10 +170,12 @@ LAST_EVENT_ID: Schema = {
     "schema": {"type": "string", "pattern": "^[0-9]{1,18}$"},
     "description": "resume after this id (what the stream sent as `id:`)",
 }
-
-
-def _q(name: str, schema: Schema) -> Schema:
-    return {"name": name, "in": "query", "required": False, "schema": schema}
+IDEMPOTENCY_KEY: Schema = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "schema": msgspec.json.schema(shapes.IdempotencyKey),
+}
 
 
 def _p(name: str) -> Schema:
@@ -314,35 +197,28 @@ TASK_LINKS = {
         ("Cancel", "cancelTask"),
     )
 }
-DATE: Schema = {"type": "string", "format": "date-time"}
-# Routes that take no input still read (and check) a body if one is sent.
-NO_BODY: Schema = {"type": "object", "description": "ignored"}
+DESCRIPTION = (
+    "Webhook delivery with a transactional outbox.\n\n"
+    "Every request body is at most HOOKRELAY_MAX_BODY_BYTES (413), JSON (415 otherwise), "
+    "nested at most 32 levels deep (400), and holds no NUL character and no lone UTF-16 "
+    "surrogate in any string or key (422): PostgreSQL could not store them. Errors are "
+    '`{"error": {"code", "message"}}`; a refused field is named by its path.'
+)
 
 
 def spec() -> Schema:
-    task = {"$ref": "#/components/schemas/Task"}
+    task = TaskResource
     tid, eid = [_p("task_id")], [_p("event_id")]
-    filters = [
-        _q("tenant", {"type": "string"}),
-        _q("since", DATE),
-        _q("until", DATE),
-        _q("eventType", {"type": "string"}),
-    ]
-    paging = [
-        _q("limit", {"type": "integer", "minimum": 1, "maximum": 1000}),
-        _q("cursor", {"type": "string"}),
-    ]
-    status = {"type": "object", "properties": {"status": {"type": "string"}}}
     return {
         "openapi": "3.1.0",
         "info": {
             "title": "hookrelay",
-            "version": "0.1.0",
-            "description": "Webhook delivery with a transactional outbox.",
+            "version": version("hookrelay-server"),
+            "description": DESCRIPTION,
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": {"Error": ERROR, "Task": TASK},
+            "schemas": copy.deepcopy(_components()),
         },
         "security": [{"bearer": []}],
         "paths": {
@@ -352,27 +228,15 @@ def spec() -> Schema:
                     (202, task),
                     op_id="submitTask",
                     links=TASK_LINKS,
-                    body=SUBMIT,
-                    params=[
-                        {
-                            "name": "Idempotency-Key",
-                            "in": "header",
-                            "required": False,
-                            "schema": {"type": "string"},
-                        }
-                    ],
+                    body=shapes.SubmitBody,
+                    params=[IDEMPOTENCY_KEY],
                     errors=(400, 401, 403, 409, 413, 415, 422),
                 ),
                 "get": _op(
                     "Reconcile: tasks changed since a time",
-                    (200, _page(task)),
+                    (200, shapes.TaskPage),
                     op_id="listTasks",
-                    params=[
-                        _q("status", {"type": "string"}),
-                        _q("updatedAfter", DATE),
-                        *paging,
-                        _q("fields", {"type": "string"}),
-                    ],
+                    query=shapes.TaskListQuery,
                     errors=(400, 401, 403, 422),
                 ),
             },
@@ -381,7 +245,8 @@ def spec() -> Schema:
                     "A task; long-polls with ?wait=N",
                     (200, task),
                     op_id="getTask",
-                    params=[*tid, _q("wait", {"type": "number", "minimum": 0, "maximum": 30})],
+                    params=tid,
+                    query=shapes.WaitQuery,
                     errors=(400, 401, 404),
                 )
             },
@@ -405,13 +270,7 @@ def spec() -> Schema:
             "/v1/tasks/{task_id}/deliveries": {
                 "get": _op(
                     "Attempt log",
-                    (
-                        200,
-                        {
-                            "type": "object",
-                            "properties": {"data": {"type": "array", "items": ATTEMPT}},
-                        },
-                    ),
+                    (200, shapes.Deliveries),
                     params=tid,
                     op_id="getDeliveries",
                 )
@@ -421,9 +280,9 @@ def spec() -> Schema:
                     "Send the terminal event again",
                     (202, task),
                     params=tid,
-                    body=NO_BODY,
+                    body=shapes.NoBody,
                     body_required=False,
-                    errors=(401, 404, 409),
+                    errors=(401, 404, 409, 422),
                     op_id="redeliverTask",
                 )
             },
@@ -442,7 +301,7 @@ def spec() -> Schema:
                     (200, task),
                     op_id="completeTask",
                     params=tid,
-                    body=COMPLETE,
+                    body=shapes.CompleteBody,
                     errors=(400, 401, 403, 404, 409, 422),
                 )
             },
@@ -451,9 +310,9 @@ def spec() -> Schema:
                     "→ cancelled",
                     (200, task),
                     params=tid,
-                    body=NO_BODY,
+                    body=shapes.NoBody,
                     body_required=False,
-                    errors=(401, 404, 409),
+                    errors=(401, 404, 409, 422),
                     op_id="cancelTask",
                 )
             },
@@ -461,7 +320,7 @@ def spec() -> Schema:
                 "post": _op(
                     "Progress of a running task (admin); also the executor's heartbeat",
                     (200, task),
-                    body=PROGRESS,
+                    body=shapes.ProgressBody,
                     params=tid,
                     errors=(400, 401, 403, 404, 409, 422),
                 )
@@ -469,55 +328,34 @@ def spec() -> Schema:
             "/v1/admin/tenants": {
                 "get": _op(
                     "List tenants (admin)",
-                    (200, _page(TENANT)),
-                    params=paging,
+                    (200, shapes.TenantPage),
+                    query=shapes.Paging,
                     errors=(400, 401, 403),
                 ),
                 "post": _op(
                     "Create a tenant (admin)",
-                    (
-                        201,
-                        {
-                            "type": "object",
-                            "required": ["id"],
-                            "properties": {"id": {"type": "string"}},
-                        },
-                    ),
+                    (201, shapes.TenantCreated),
                     op_id="createTenant",
                     links={"RotateSecret": _link("rotateSecret", "tenant_id")},
-                    body={
-                        "type": "object",
-                        "required": ["name"],
-                        "additionalProperties": False,
-                        "properties": {
-                            "name": {"type": "string", "minLength": 1, "maxLength": 200},
-                            "signatureScheme": _enum(SignatureScheme),
-                        },
-                    },
+                    body=shapes.TenantBody,
                     errors=(400, 401, 403, 422),
                 ),
             },
             "/v1/admin/tenants/{tenant_id}/rotate-secret": {
                 "post": _op(
                     "Rotate the signing secret (admin)",
-                    (200, {"type": "object"}),
+                    (200, shapes.SecretRotated),
                     op_id="rotateSecret",
-                    body=NO_BODY,
+                    body=shapes.NoBody,
                     body_required=False,
                     params=[_p("tenant_id")],
-                    errors=(401, 403, 404),
+                    errors=(401, 403, 404, 422),
                 )
             },
             "/v1/admin/tenants/{tenant_id}/rotate-key": {
                 "post": _op(
                     "Rotate the API key (admin); the old key stops working at once",
-                    (
-                        200,
-                        {
-                            "type": "object",
-                            "properties": {"id": {"type": "string"}, "apiKey": {"type": "string"}},
-                        },
-                    ),
+                    (200, shapes.KeyRotated),
                     params=[_p("tenant_id")],
                     errors=(401, 403, 404),
                 )
@@ -532,27 +370,22 @@ def spec() -> Schema:
             "/v1/signing-keys": {
                 "get": _op(
                     "Keys the tenant's webhooks are signed with; v1a public keys",
-                    (200, SIGNING_KEYS),
+                    (200, shapes.SigningKeys),
                     errors=(401, 403),
                 )
             },
             "/v1/test-events": {
                 "post": _op(
                     "Queue a signed ping webhook to a URL (retries, attempt log)",
-                    (202, TEST_EVENT),
-                    body={
-                        "type": "object",
-                        "required": ["callbackUrl"],
-                        "additionalProperties": False,
-                        "properties": {"callbackUrl": {"type": "string", "maxLength": 2048}},
-                    },
+                    (202, shapes.TestEvent),
+                    body=shapes.PingBody,
                     errors=(400, 401, 403, 413, 415, 422),
                 )
             },
             "/v1/test-events/{event_id}": {
                 "get": _op(
                     "A test event: status and attempts",
-                    (200, TEST_EVENT),
+                    (200, shapes.TestEvent),
                     params=[_p("event_id")],
                     errors=(401, 403, 404),
                 )
@@ -560,37 +393,27 @@ def spec() -> Schema:
             "/v1/admin/dead-letters": {
                 "get": _op(
                     "Dead letters (admin)",
-                    (200, _page(DEAD_LETTER)),
+                    (200, shapes.DeadLetterPage),
                     op_id="listDeadLetters",
-                    params=[*filters, *paging],
+                    query=shapes.DeadLetterQuery,
                     errors=(400, 401, 403),
                 )
             },
             "/v1/admin/dead-letters/replay": {
                 "post": _op(
-                    "Replay by filter (admin)",
-                    (202, {"type": "object", "properties": {"replayed": {"type": "integer"}}}),
+                    "Replay by filter (admin); the filters in the body or the query string",
+                    (202, shapes.Replayed),
                     op_id="replayDeadLetters",
-                    body={
-                        "type": "object",
-                        "additionalProperties": False,
-                        "properties": {
-                            "tenant": {"type": "string"},
-                            "since": DATE,
-                            "until": DATE,
-                            "eventType": {"type": "string"},
-                            "reason": REASON,
-                        },
-                    },
+                    body=shapes.BulkReplayBody,
                     body_required=False,
-                    params=filters,
+                    query=shapes.DeadLetterFilter,
                     errors=(400, 401, 403, 422),
                 )
             },
             "/v1/admin/dead-letters/{event_id}": {
                 "get": _op(
                     "One dead letter with history (admin)",
-                    (200, DEAD_LETTER),
+                    (200, shapes.DeadLetterDetail),
                     op_id="getDeadLetter",
                     params=eid,
                     errors=(401, 403, 404),
@@ -599,13 +422,9 @@ def spec() -> Schema:
             "/v1/admin/dead-letters/{event_id}/replay": {
                 "post": _op(
                     "Replay one (admin)",
-                    (202, {"type": "object"}),
+                    (202, shapes.Replayed),
                     op_id="replayDeadLetter",
-                    body={
-                        "type": "object",
-                        "additionalProperties": False,
-                        "properties": {"reason": REASON},
-                    },
+                    body=shapes.ReplayBody,
                     body_required=False,
                     params=eid,
                     errors=(401, 403, 404, 409, 422),
@@ -614,20 +433,15 @@ def spec() -> Schema:
             "/v1/admin/destinations": {
                 "get": _op(
                     "Per-host health (admin)",
-                    (
-                        200,
-                        {
-                            "type": "object",
-                            "properties": {"data": {"type": "array", "items": DESTINATION}},
-                        },
-                    ),
+                    (200, shapes.Destinations),
                     op_id="listDestinations",
-                    errors=(401, 403),
+                    query=shapes.LimitQuery,
+                    errors=(400, 401, 403),
                 )
             },
-            "/healthz": {"get": _op("Liveness", (200, status), errors=(), secured=False)},
+            "/healthz": {"get": _op("Liveness", (200, shapes.Health), errors=(), secured=False)},
             "/readyz": {
-                "get": _op("Database reachable", (200, status), errors=(503,), secured=False)
+                "get": _op("Database reachable", (200, shapes.Health), errors=(503,), secured=False)
             },
             "/metrics": {
                 "get": {
@@ -636,7 +450,7 @@ def spec() -> Schema:
                         "200": {"description": "text exposition"},
                         "401": {
                             "description": "missing or wrong token",
-                            "content": {"application/json": {"schema": ERROR}},
+                            "content": {"application/json": {"schema": _ref(shapes.Error)}},
                         },
                     },
                 }
@@ -673,11 +487,8 @@ def spec() -> Schema:
                     "security": [],
                     "responses": {
                         "101": {"description": "Switching Protocols: the WebSocket is open"},
-                        "400": _json({"$ref": "#/components/schemas/Error"}, "Error"),
-                        "426": _json(
-                            {"$ref": "#/components/schemas/Error"},
-                            "Upgrade Required: a plain HTTP request",
-                        ),
+                        "400": _json(_ref(shapes.Error), "Error"),
+                        "426": _json(_ref(shapes.Error), "Upgrade Required: a plain HTTP request"),
                     },
                 }
             },
@@ -695,7 +506,7 @@ def spec() -> Schema:
                     "parameters": [_p("asset")],
                     "responses": {
                         "200": {"description": "the file"},
-                        "404": _json({"$ref": "#/components/schemas/Error"}, "Error"),
+                        "404": _json(_ref(shapes.Error), "Error"),
                     },
                 }
             },
@@ -704,7 +515,7 @@ def spec() -> Schema:
 
 
 async def openapi(request: Request) -> Response:
-    return JSONResponse(spec())
+    return Response(msgspec.json.encode(spec()), media_type="application/json")
 
 
 routes = [Route("/openapi.json", openapi, methods=["GET"])]

@@ -8,17 +8,17 @@ import sys
 from typing import Any
 
 import asyncpg
+import msgspec
 
 from hookrelay.outbox.errors import OutboxError
-from hookrelay.outbox.models import iso
 from hookrelay.outbox.ops.audit import NO_REASON, bulk_replay, replay_audited
 from hookrelay.outbox.ops.dead_letters import (
     DeadLetter,
     DeadLetterFilter,
     get_dead_letter,
     list_dead_letters,
-    to_resource,
 )
+from hookrelay.service.api import shapes
 from hookrelay.service.api.validation import timestamp
 from hookrelay.service.cli.tty_text import printable
 
@@ -93,7 +93,9 @@ def _progress(done: int, total: int) -> None:
 
 async def run(conn: asyncpg.Connection, args: argparse.Namespace) -> int:
     if args.action == "list":
-        rows = [to_resource(r) for r in await _all(conn, _filter(args))]
+        rows = [
+            msgspec.to_builtins(shapes.DeadLetter.of(r)) for r in await _all(conn, _filter(args))
+        ]
         if args.json:
             for r in rows:
                 print(json.dumps(r))
@@ -103,11 +105,7 @@ async def run(conn: asyncpg.Connection, args: argparse.Namespace) -> int:
         return 0
     if args.action == "show":
         row, history = await get_dead_letter(conn, args.event_id)
-        out = {
-            **to_resource(row),
-            "replayedAt": iso(row.replayed_at),
-            "attemptHistory": [a.to_resource() for a in history],
-        }
+        out = msgspec.to_builtins(shapes.DeadLetterDetail.with_history(row, history))
         print(json.dumps(out, indent=None if args.json else 2))
         return 0
     # replay

@@ -7,9 +7,11 @@ import json
 from typing import Any, get_args
 
 import asyncpg
+import msgspec
 
 from hookrelay.outbox.models import SignatureScheme, iso
 from hookrelay.outbox.tenants import create_tenant, list_tenants, rotate_api_key
+from hookrelay.service.api.shapes import TenantCreated
 from hookrelay.service.cli.tty_text import printable
 from hookrelay.service.server.prerequisites import Runtime
 
@@ -53,7 +55,7 @@ async def run(conn: asyncpg.Connection, args: argparse.Namespace, runtime: Runti
     if args.action == "create":
         t = await create_tenant(conn, args.name, runtime.secret_box, args.scheme)
         if args.json:
-            print(json.dumps(t.to_resource()))
+            print(msgspec.json.encode(TenantCreated.of(t)).decode())
         else:
             lines = [f"tenant id:       {t.id}", f"name:            {printable(t.name)}"]
             lines.append(f"api key:         {t.api_key}")

@@ -2,107 +2,81 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from starlette.datastructures import QueryParams
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
-from hookrelay.outbox.models import iso
 from hookrelay.outbox.ops import audit as ops
 from hookrelay.outbox.ops.dead_letters import (
     DeadLetterFilter,
     get_dead_letter,
     list_dead_letters,
-    to_resource,
 )
 from hookrelay.outbox.tasks.submit import Cursor
-from hookrelay.service.api import validation
+from hookrelay.service.api import shapes, validation
 from hookrelay.service.api.auth import require_admin
-from hookrelay.service.api.bodies import read_json
-from hookrelay.service.api.errors import Unprocessable
-
-FILTER_FIELDS = {"tenant", "since", "until", "eventType"}
-MAX_REASON = 500
+from hookrelay.service.api.bodies import answer, read_body, read_query
 
 
-def _filter(source: QueryParams | dict[str, Any]) -> DeadLetterFilter:
-    def text(name: str) -> str | None:
-        value = source.get(name)
-        if value is not None and not isinstance(value, str):
-            raise Unprocessable(f"{name} must be a string")
-        return value
-
+def _filter(given: shapes.DeadLetterFilter) -> DeadLetterFilter:
     return DeadLetterFilter(
-        tenant_id=text("tenant"),
-        since=validation.timestamp("since", text("since")),
-        until=validation.timestamp("until", text("until")),
-        event_type=text("eventType"),
+        tenant_id=given.tenant,
+        since=validation.timestamp("since", given.since),
+        until=validation.timestamp("until", given.until),
+        event_type=given.event_type,
     )
 
 
 async def index(request: Request) -> Response:
     await require_admin(request)
-    q = request.query_params
-    cursor = validation.decode_cursor(q.get("cursor"))
+    q = read_query(request, shapes.DeadLetterQuery)
+    cursor = validation.decode_cursor(q.cursor)
     async with request.app.state.pool.acquire() as conn:
         rows, nxt = await list_dead_letters(
             conn,
             _filter(q),
             after=(cursor.updated_at, cursor.id) if cursor else None,
-            limit=validation.limit(q.get("limit")),
+            limit=q.limit,
         )
-    return JSONResponse(
-        {
-            "data": [to_resource(r) for r in rows],
-            "nextCursor": validation.encode_cursor(Cursor(*nxt) if nxt else None),
-        }
+    page = shapes.DeadLetterPage(
+        data=[shapes.DeadLetter.of(r) for r in rows],
+        next_cursor=validation.encode_cursor(Cursor(*nxt) if nxt else None),
     )
+    return answer(page)
 
 
 async def show(request: Request) -> Response:
     await require_admin(request)
     async with request.app.state.pool.acquire() as conn:
         row, history = await get_dead_letter(conn, request.path_params["event_id"])
-    body = to_resource(row)
-    body["replayedAt"] = iso(row.replayed_at)
-    body["replayedBy"] = row.replayed_by
-    body["attemptHistory"] = [a.to_resource() for a in history]
-    return JSONResponse(body)
-
-
-def _reason(body: Any) -> str:
-    reason = body.get("reason", ops.NO_REASON) if isinstance(body, dict) else ops.NO_REASON
-    if not isinstance(reason, str) or not reason.strip() or len(reason) > MAX_REASON:
-        raise Unprocessable(f"reason must be a string of 1-{MAX_REASON} characters")
-    return reason.strip()
+    return answer(shapes.DeadLetterDetail.with_history(row, history))
 
 
 async def replay(request: Request) -> Response:
     await require_admin(request)
-    body = await read_json(request, required=False) or {}
-    if not isinstance(body, dict) or set(body) - {"reason"}:
-        raise Unprocessable("body must be empty or an object with only: reason")
+    body = await read_body(request, shapes.ReplayBody, required=False)
     event_id = request.path_params["event_id"]
+    reason = shapes.strip_blank(body.reason)
     async with request.app.state.pool.acquire() as conn:
-        await ops.replay_audited(conn, event_id, actor="admin", reason=_reason(body))
-    return JSONResponse({"replayed": 1, "eventId": event_id}, status_code=202)
+        await ops.replay_audited(conn, event_id, actor="admin", reason=reason)
+    return answer(shapes.Replayed(replayed=1, event_id=event_id), 202)
 
 
 async def replay_bulk(request: Request) -> Response:
     await require_admin(request)
-    body = await read_json(request, required=False) or {}
-    if not isinstance(body, dict) or set(body) - FILTER_FIELDS - {"reason"}:
-        allowed = ", ".join(sorted(FILTER_FIELDS | {"reason"}))
-        raise Unprocessable(f"body must be an object with only: {allowed}")
-    reason = _reason(body)
-    # Filters may come in the body or the query string, as for the listing.
-    filters = {k: v for k, v in body.items() if k != "reason"}
-    flt = _filter({**dict(request.query_params), **filters})
+    body = await read_body(request, shapes.BulkReplayBody, required=False)
+    # Filters may come in the body or the query string, as for the listing; the body's win.
+    q = read_query(request, shapes.DeadLetterFilter)
+    given = shapes.DeadLetterFilter(
+        tenant=q.tenant if body.tenant is None else body.tenant,
+        since=q.since if body.since is None else body.since,
+        until=q.until if body.until is None else body.until,
+        event_type=q.event_type if body.event_type is None else body.event_type,
+    )
+    reason = shapes.strip_blank(body.reason)
     async with request.app.state.pool.acquire() as conn:
-        total = await ops.bulk_replay(conn, flt, actor="admin", reason=reason)
-    return JSONResponse({"replayed": total}, status_code=202 if total else 200)
+        total = await ops.bulk_replay(conn, _filter(given), actor="admin", reason=reason)
+    return answer(shapes.Replayed(replayed=total), 202 if total else 200)
 
 
 routes = [

@@ -5,23 +5,23 @@ from __future__ import annotations
 import asyncio
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from hookrelay.outbox.store.metrics import ping
+from hookrelay.service.api.bodies import answer
+from hookrelay.service.api.shapes import ErrorDetail, Health
 
 READY_TIMEOUT_S = 2.0
 
 
 async def healthz(request: Request) -> Response:
-    return JSONResponse({"status": "ok"})
+    return answer(Health(status="ok"))
 
 
 def _unavailable(message: str) -> Response:
-    return JSONResponse(
-        {"status": "unavailable", "error": {"code": "unavailable", "message": message[:200]}},
-        status_code=503,
-    )
+    problem = ErrorDetail(code="unavailable", message=message[:200])
+    return answer(Health(status="unavailable", error=problem), 503)
 
 
 async def readyz(request: Request) -> Response:
@@ -35,7 +35,7 @@ async def readyz(request: Request) -> Response:
         # A standby (DATABASE_URL without target_session_attrs=read-write, or mid
         # failover) answers reads only: every write would fail, so not ready.
         return _unavailable("the database is read-only (a standby?); writes would fail")
-    return JSONResponse({"status": "ok"})
+    return answer(Health(status="ok"))
 
 
 routes = [

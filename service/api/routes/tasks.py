@@ -7,18 +7,20 @@ import contextlib
 from collections.abc import Awaitable, Callable
 
 import asyncpg
+import msgspec
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
-from hookrelay.outbox.models import ALL_STATUSES, Task
+from hookrelay.outbox.models import Task
 from hookrelay.outbox.tasks import progress as outbox_progress
 from hookrelay.outbox.tasks import redelivery, transitions
-from hookrelay.outbox.tasks.submit import Idempotency, create_task, get_task
-from hookrelay.service.api import listing, validation
+from hookrelay.outbox.tasks.submit import Idempotency, NewTask, create_task, get_task
+from hookrelay.service.api import listing, shapes, validation
 from hookrelay.service.api.auth import Caller, caller, require_admin, require_tenant
-from hookrelay.service.api.bodies import read_json
-from hookrelay.service.api.errors import NotFound, Unprocessable
+from hookrelay.service.api.bodies import answer, read_body, read_query
+from hookrelay.service.api.callback_url import check_callback_url
+from hookrelay.service.api.errors import NotFound
 
 RETRY_AFTER_S = "1"
 Change = Callable[[asyncpg.Connection, str], Awaitable[Task]]
@@ -28,15 +30,24 @@ def task_response(task: Task, status: int = 200, headers: dict[str, str] | None 
     headers = {"ETag": task.etag, **(headers or {})}
     if not task.terminal:
         headers["Retry-After"] = RETRY_AFTER_S
-    return JSONResponse(task.to_resource(), status_code=status, headers=headers)
+    return answer(task.resource(), status, headers)
 
 
 async def submit(request: Request) -> Response:
     tenant_id = await require_tenant(request)
     key = validation.idempotency_key(request.headers.get("idempotency-key"))
-    body = await read_json(request)
-    spec = await validation.new_task(
-        body, request.app.state.address_policy, request.app.state.submit_resolver
+    body = await read_body(request, shapes.SubmitBody)
+    state = request.app.state
+    spec = NewTask(
+        type=body.type,
+        callback_url=await check_callback_url(
+            body.callback_url, state.address_policy, state.submit_resolver
+        ),
+        input=body.input,
+        metadata=body.metadata,
+        timeout_s=body.timeout_seconds,
+        heartbeat_timeout_s=body.heartbeat_timeout_seconds,
+        on_timeout=None if body.on_timeout is None else msgspec.to_builtins(body.on_timeout),
     )
     idem = Idempotency(key, validation.canonical_hash(body)) if key else None
     async with request.app.state.pool.acquire() as conn:
@@ -87,7 +98,7 @@ def _matches(task: Task, if_none_match: str | None) -> bool:
 
 
 async def show(request: Request) -> Response:
-    wait = validation.wait_seconds(request.query_params.get("wait"))
+    wait = read_query(request, shapes.WaitQuery).wait
     if_none_match = request.headers.get("if-none-match")
     if wait:
         # Subscribe before the first read, so a change between the read and
@@ -109,17 +120,14 @@ async def show(request: Request) -> Response:
 
 async def index(request: Request) -> Response:
     tenant_id = await require_tenant(request)
-    q = request.query_params
-    status = q.get("status")
-    if status is not None and status not in ALL_STATUSES:
-        raise Unprocessable(f"status must be one of: {', '.join(sorted(ALL_STATUSES))}")
+    q = read_query(request, shapes.TaskListQuery)
     query = listing.PageQuery(
         tenant_id=tenant_id,
-        status=status,
-        updated_after=validation.timestamp("updatedAfter", q.get("updatedAfter")),
-        after=validation.decode_cursor(q.get("cursor")),
-        limit=validation.limit(q.get("limit")),
-        fields=listing.parse_fields(q.get("fields")),
+        status=q.status,
+        updated_after=validation.timestamp("updatedAfter", q.updated_after),
+        after=validation.decode_cursor(q.cursor),
+        limit=q.limit,
+        fields=listing.selected(q.fields),
         max_bytes=request.app.state.settings.max_page_bytes,
     )
     async with request.app.state.pool.acquire() as conn:
@@ -139,27 +147,29 @@ async def start(request: Request) -> Response:
 
 async def complete(request: Request) -> Response:
     await require_admin(request)
-    status, result, error = validation.completion(await read_json(request))
+    body = await read_body(request, shapes.CompleteBody)
     return await _apply(
         request,
-        lambda conn, tid: transitions.complete_task(conn, tid, status, result, error, notify=False),
+        lambda conn, tid: transitions.complete_task(
+            conn, tid, body.status, body.result, body.error, notify=False
+        ),
     )
 
 
 async def progress(request: Request) -> Response:
     await require_admin(request)
-    percent, message = validation.progress(await read_json(request))
+    body = await read_body(request, shapes.ProgressBody)
     return await _apply(
         request,
         lambda conn, tid: outbox_progress.report_progress(
-            conn, tid, percent, message, notify=False
+            conn, tid, body.percent, body.message, notify=False
         ),
     )
 
 
 async def cancel(request: Request) -> Response:
     who = await caller(request)
-    await read_json(request, required=False)
+    await read_body(request, shapes.NoBody, required=False)
     return await _apply(
         request,
         lambda conn, tid: transitions.cancel_task(conn, tid, tenant_id=who.tenant_id, notify=False),
@@ -177,18 +187,14 @@ async def deliveries(request: Request) -> Response:
     task = await _visible_task(request)
     async with request.app.state.pool.acquire() as conn:
         log = await redelivery.attempts(conn, task.id)
-    return JSONResponse(
-        {
-            "taskId": task.id,
-            "eventId": task.event_id,
-            "data": [a.to_resource() for a in log],
-        }
+    return answer(
+        shapes.Deliveries(task_id=task.id, event_id=task.event_id, data=[a.resource() for a in log])
     )
 
 
 async def redeliver(request: Request) -> Response:
     who = await caller(request)
-    await read_json(request, required=False)
+    await read_body(request, shapes.NoBody, required=False)
     by = "admin" if who.is_admin else f"tenant:{who.tenant_id}"
     async with request.app.state.pool.acquire() as conn:
         task = await redelivery.redeliver(
