@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
+from hookrelay.service.server import settings
 from hookrelay.service.server.settings import Settings, SettingsError
+from tests.support import ROOT
 
 
 def test_defaults_match_the_contract() -> None:
@@ -84,3 +87,58 @@ def test_lease_must_outlast_an_attempt() -> None:
 def test_bad_master_key() -> None:
     with pytest.raises(SettingsError, match="HOOKRELAY_MASTER_KEY"):
         Settings.from_env({"HOOKRELAY_MASTER_KEY": "short"})
+
+
+def test_the_docs_table_is_generated_from_the_declarations() -> None:
+    """docs/reference/settings.md holds the table the declarations make; regenerate it with
+    ``python -m hookrelay.service.server.settings --write docs/reference/settings.md``."""
+    text = (ROOT / "docs" / "reference" / "settings.md").read_text()
+    assert settings.with_table(text) == text, "docs/reference/settings.md is out of date"
+    for d in settings.declarations():
+        assert f"| `{d.var}` |" in text
+
+
+def test_each_setting_is_declared_once_with_a_meaning() -> None:
+    found = settings.declarations()
+    names = [d.var for d in found]
+    assert len(names) == len(set(names)) == len(fields(Settings))
+    assert all(n == "DATABASE_URL" or n.startswith("HOOKRELAY_") for n in names)
+    assert all(d.meaning for d in found)
+    # Every variable is read under its declared name.
+    everything = {d.var: "" for d in found}
+    assert Settings.from_env(everything) == Settings()
+
+
+def test_every_default_of_the_contract() -> None:
+    s = Settings.from_env({})
+    assert (s.host, s.port, s.tenant_concurrency, s.log_level) == ("127.0.0.1", 8000, 50, "INFO")
+    assert s.metrics_token is None and s.admin_token is None and s.master_key is None
+    shown = {d.var: d.shown_default() for d in settings.declarations()}
+    assert shown["DATABASE_URL"] == "unset → embedded PostgreSQL"
+    assert shown["HOOKRELAY_DATA_DIR"] == "`./.hookrelay`"
+    assert shown["HOOKRELAY_RETRY_CAP_S"] == "21600" and shown["HOOKRELAY_POLL_INTERVAL_S"] == "0.5"
+
+
+@pytest.mark.parametrize(
+    ("var", "raw", "expected"),
+    [
+        ("HOOKRELAY_PORT", "70000", "<= 65535"),
+        ("HOOKRELAY_PORT", "0", ">= 1"),
+        ("HOOKRELAY_SECRET_OVERLAP_S", "-1", ">= 0"),
+        ("HOOKRELAY_BATCH_SIZE", "1.5", "Expected `int`"),
+        ("HOOKRELAY_LEASE_S", "0", "> 0"),
+        ("HOOKRELAY_LOG_LEVEL", "chatty", "Invalid enum value"),
+    ],
+)
+def test_bounds_come_from_the_declarations(var: str, raw: str, expected: str) -> None:
+    with pytest.raises(SettingsError) as info:
+        Settings.from_env({var: raw})
+    assert f"{var}={raw!r}" in str(info.value) and expected in str(info.value)
+
+
+def test_values_are_read_as_declared() -> None:
+    s = Settings.from_env(
+        {"HOOKRELAY_LOG_LEVEL": "debug", "HOOKRELAY_SECRET_OVERLAP_S": "0", "HOOKRELAY_PORT": "1"}
+    )
+    assert (s.log_level, s.secret_overlap_s, s.port) == ("DEBUG", 0.0, 1)
+    assert Settings.from_env({"HOOKRELAY_ALLOW_HTTP": "on"}).allow_http is True
