@@ -9,12 +9,12 @@ import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import replace
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any, NoReturn
 
 from outbox.db import create_pool
 
 from . import commands, database_cli, deadletters_cli, failures, listen, logs, serving, tenants_cli
+from .release import release
 from .runtime import Runtime, absolute, open_dsn, prepare
 from .settings import Settings
 from .startup import open_database
@@ -57,13 +57,6 @@ async def _tenants(runtime: Runtime, args: argparse.Namespace) -> int:
         await pool.close()
 
 
-def _version() -> str:
-    try:
-        return version("hookrelay")
-    except PackageNotFoundError:  # pragma: no cover - run from a bare checkout
-        return "unknown"
-
-
 def _port(raw: str) -> int:
     try:
         port = int(raw)
@@ -95,7 +88,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--version", action="version", version=f"hookrelay {_version()}")
+    p.add_argument("--version", action="version", version=f"hookrelay {release()}")
     p.add_argument(
         "-v",
         "--verbose",

@@ -10,11 +10,13 @@ from starlette.routing import Route
 
 from outbox.store.metrics import ping
 
+from ..release import release
+
 READY_TIMEOUT_S = 2.0
 
 
 async def healthz(request: Request) -> Response:
-    return JSONResponse({"status": "ok"})
+    return JSONResponse({"status": "ok", "version": release()})
 
 
 def _unavailable(message: str) -> Response:
