@@ -13,10 +13,10 @@ from starlette.applications import Starlette
 from outbox.db import create_pool
 from outbox.sweeper import sweeping
 
-from . import lifecycle, serving
+from . import dispatch_http, lifecycle, serving
 from .app import create_app
 from .lifecycle import Stopped, Stopping
-from .runtime import Runtime, prepare
+from .runtime import Runtime, existing_admin_token, prepare
 from .settings import Settings
 from .startup import open_database
 from .terminal import printable
@@ -108,11 +108,30 @@ async def serve(settings: Settings, *, with_dispatcher: bool) -> None:
     log.info("hookrelay stopped")
 
 
+def _endpoints(settings: Settings, admin_token: str) -> list[str]:
+    """The banner's lines on ``dispatch``'s own port."""
+    if settings.metrics_port is None:
+        return ["metrics:         off (HOOKRELAY_METRICS_PORT)"]
+    url = _url(settings.host, settings.metrics_port)
+    lines = [f"metrics:         {url}/metrics (and /healthz, /readyz)"]
+    if not admin_token and not settings.metrics_token:
+        lines.append(
+            "                 no HOOKRELAY_ADMIN_TOKEN or HOOKRELAY_METRICS_TOKEN: "
+            "/metrics refuses every request"
+        )
+    return lines
+
+
 async def dispatch(settings: Settings) -> None:
-    """``dispatch``: claim and deliver until stopped; in-flight attempts finish first."""
+    """``dispatch``: claim and deliver until stopped; in-flight attempts finish first.
+
+    Meanwhile its own port (``HOOKRELAY_METRICS_PORT``, unless off) serves
+    /metrics, /healthz and /readyz; it is bound first, like the API's.
+    """
     stopping = Stopping()
     runtime: Runtime | None = None
     with stopping.handling_signals():
+        sock = None if settings.metrics_port is None else dispatch_http.bind(settings)
         try:
             async with stopping.interruptible():
                 runtime = prepare(settings, may_create=False, needs_token=False)
@@ -124,18 +143,44 @@ async def dispatch(settings: Settings) -> None:
             try:
                 dispatcher = make_dispatcher(runtime, pool)
                 stopping.on_stop(dispatcher.stop)
+                # Only checked here, never generated: the API's, from the environment
+                # or the data directory `serve` keeps it in.
+                token = existing_admin_token(s)
                 lines = [
                     f"hookrelay dispatcher {dispatcher.config.owner} started",
                     *_where(runtime),
+                    *_endpoints(s, token),
                 ]
-                print(printable("\n".join(lines), keep_newlines=True), flush=True)
-                log.info("dispatcher %s started", dispatcher.config.owner)
+
+                def announce() -> None:
+                    print(printable("\n".join(lines), keep_newlines=True), flush=True)
+                    log.info("dispatcher %s started", dispatcher.config.owner)
+                    if sock is not None and not token and not s.metrics_token:
+                        log.warning(
+                            "no HOOKRELAY_ADMIN_TOKEN or HOOKRELAY_METRICS_TOKEN:"
+                            " /metrics on HOOKRELAY_METRICS_PORT refuses every request"
+                        )
+
                 async with sweeping(pool, s.sweep_interval_s, s.retention()):
-                    await dispatcher.run()
+                    if sock is None:
+                        announce()
+                        await dispatcher.run()
+                    else:
+                        await dispatch_http.run_beside(
+                            dispatcher,
+                            pool=pool,
+                            sock=sock,
+                            settings=s,
+                            admin_token=token,
+                            stopping=stopping,
+                            announce=announce,
+                        )
             finally:
                 await pool.close()
         except Stopped:
             log.info("stopped while starting")
         finally:
+            if sock is not None:
+                sock.close()
             if runtime is not None:
                 runtime.close()
