@@ -22,21 +22,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from outbox import complete_task
-from outbox.crypto import SecretBox
-from outbox.db import create_pool
-from outbox.tasks import NewTask, create_task
-from outbox.tenants import create_tenant
+from hookrelay.outbox import complete_task
+from hookrelay.outbox.keys.at_rest import SecretBox
+from hookrelay.outbox.store.pool import create_pool
+from hookrelay.outbox.tasks.submit import NewTask, create_task
+from hookrelay.outbox.tenants import create_tenant
 
-from .common import (
-    ReceiverProcess,
-    fresh_database,
-    percentile,
-    record,
-    server_dsn,
-    start_dispatcher,
-)
-from .procs import ROOT, free_port, master_key, service_env, wait_for_port
+from bench.common import ReceiverProcess, fresh_database, percentile, record, server_dsn, start_dispatcher
+from bench.procs import ROOT, free_port, master_key, service_env, wait_for_port
 
 
 async def main() -> None:

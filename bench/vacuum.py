@@ -17,20 +17,11 @@ from typing import Any
 
 import asyncpg
 
-from outbox.crypto import SecretBox
+from hookrelay.outbox.keys.at_rest import SecretBox
 
-from .backlog import SIZES, claim_latency, fill, mb
-from .common import (
-    RELIABILITY_HEADER,
-    ReceiverProcess,
-    drain,
-    fresh_database,
-    percentile,
-    record,
-    server_dsn,
-    server_facts,
-)
-from .procs import master_key, service_env
+from bench.backlog import SIZES, claim_latency, fill, mb
+from bench.common import RELIABILITY_HEADER, ReceiverProcess, drain, fresh_database, percentile, record, server_dsn, server_facts
+from bench.procs import master_key, service_env
 
 
 async def one(server: str, key: str, url: str, rows: int, pinned: bool) -> dict[str, Any]:

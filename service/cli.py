@@ -11,14 +11,15 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import replace
 from typing import Any, NoReturn
 
-from outbox.db import create_pool
+from hookrelay.outbox.store.pool import create_pool
 
-from . import commands, database_cli, deadletters_cli, failures, listen, logs, serving, tenants_cli
-from .release import release
-from .runtime import Runtime, absolute, open_dsn, prepare
-from .settings import Settings
-from .startup import open_database
-from .terminal import fail, one_line
+from hookrelay.service.server import processes as commands, logs, event_loop as serving
+from hookrelay.service.cli import database as database_cli, dead_letters as deadletters_cli, failures, listen, tenants as tenants_cli
+from hookrelay.service.release import release
+from hookrelay.service.server.prerequisites import Runtime, absolute, open_dsn, prepare
+from hookrelay.service.server.settings import Settings
+from hookrelay.service.server.open_database import open_database
+from hookrelay.service.cli.tty_text import fail, one_line
 
 log = logging.getLogger("hookrelay")
 SERVICES = frozenset({"serve", "api", "dispatch"})

@@ -24,13 +24,13 @@ import asyncpg
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
-from outbox.dispatcher import Dispatcher
-from service import lifecycle, serving
-from service.errors import HANDLERS
-from service.guard import GuardMiddleware
-from service.lifecycle import Stopping
-from service.routes import health, metrics
-from service.settings import Settings
+from hookrelay.outbox.dispatch.dispatcher import Dispatcher
+from hookrelay.service.server import lifecycle, event_loop as serving
+from hookrelay.service.api.errors import HANDLERS
+from hookrelay.service.api.request_guard import GuardMiddleware
+from hookrelay.service.server.lifecycle import Stopping
+from hookrelay.service.api.routes import health, metrics
+from hookrelay.service.server.settings import Settings
 
 log = logging.getLogger("hookrelay")
 

@@ -19,7 +19,7 @@ from hookrelay.client.errors import (
     from_response,
 )
 
-from .clientfakes import task_json
+from tests.clientfakes import task_json
 
 
 def answer(status: int, message: str = "m", code: str = "c", **headers: str) -> httpx.Response:

@@ -12,7 +12,7 @@ import pytest
 
 from hookrelay.client import AsyncClient, Client, WaitTimeout
 
-from .clientfakes import AsyncFakeClock, FakeClock, task_json
+from tests.clientfakes import AsyncFakeClock, FakeClock, task_json
 
 pytestmark = pytest.mark.anyio
 

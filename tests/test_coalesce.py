@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from service import coalesce
-from service.coalesce import Coalesced
+from hookrelay.service.live import coalesce
+from hookrelay.service.live.coalesce import Coalesced
 
-from .support import eventually
+from tests.support import eventually
 
 pytestmark = pytest.mark.anyio
 

@@ -18,27 +18,13 @@ import httpx
 import pytest
 from aiohttp import web
 
-from outbox.dispatcher import Dispatcher
-from service.dispatch_http import claim_loop_readiness
-from service.runtime import ADMIN_TOKEN_FILE, existing_admin_token
-from service.settings import Settings
+from hookrelay.outbox.dispatch.dispatcher import Dispatcher
+from hookrelay.service.dispatch_http import claim_loop_readiness
+from hookrelay.service.server.prerequisites import ADMIN_TOKEN_FILE, existing_admin_token
+from hookrelay.service.server.settings import Settings
 
-from .receiver import Receiver
-from .support import (
-    ADMIN,
-    ROOT,
-    backlog,
-    bearer,
-    cli_env,
-    dispatcher_env,
-    eventually,
-    free_port,
-    hookrelay,
-    run_cli,
-    start,
-    wait_drained,
-    wait_for_port,
-)
+from tests.receiver import Receiver
+from tests.support import ADMIN, ROOT, backlog, bearer, cli_env, dispatcher_env, eventually, free_port, hookrelay, run_cli, start, wait_drained, wait_for_port
 
 pytestmark = pytest.mark.anyio
 METRICS_TOKEN = "test-metrics-token"

@@ -2,18 +2,8 @@
 
 from __future__ import annotations
 
-from outbox.errors import (
-    AlreadyPending,
-    ConfigurationError,
-    IdempotencyInFlight,
-    InvalidCallbackUrl,
-    InvalidTransition,
-    NotTerminal,
-    OutboxError,
-    SignatureError,
-    TaskNotFound,
-)
-from service.errors import answer_for
+from hookrelay.outbox.errors import AlreadyPending, ConfigurationError, IdempotencyInFlight, InvalidCallbackUrl, InvalidTransition, NotTerminal, OutboxError, SignatureError, TaskNotFound
+from hookrelay.service.api.errors import answer_for
 
 
 def test_subclasses_get_their_own_answer() -> None:

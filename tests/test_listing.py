@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from service.settings import Settings
+from hookrelay.service.server.settings import Settings
 
-from .support import bearer
+from tests.support import bearer
 
 pytestmark = pytest.mark.anyio
 

@@ -8,17 +8,7 @@ from typing import Any, get_args
 import asyncpg
 import pytest
 
-from outbox.models import (
-    LIVE_STATUSES,
-    TERMINAL_STATUSES,
-    AuditAction,
-    CircuitState,
-    DeliveryStatus,
-    KeyScheme,
-    Outcome,
-    SignatureScheme,
-    TaskStatus,
-)
+from hookrelay.outbox.models import LIVE_STATUSES, TERMINAL_STATUSES, AuditAction, CircuitState, DeliveryStatus, KeyScheme, Outcome, SignatureScheme, TaskStatus
 
 pytestmark = pytest.mark.anyio
 

@@ -6,9 +6,9 @@ from flask import Flask
 
 from hookrelay.receiver import WebhookEvent
 from hookrelay.receiver.flask import webhook
-from outbox import ed25519
+from hookrelay.outbox.keys import ed25519
 
-from .test_receiver import BODY, signed
+from tests.test_receiver import BODY, signed
 
 PAIR = ed25519.generate_keypair()
 

@@ -12,7 +12,7 @@ import pytest
 
 from hookrelay.receiver.postgres import DDL, AsyncpgSeen, AsyncPsycopgSeen, PsycopgSeen
 
-from .support import eventually
+from tests.support import eventually
 
 pytestmark = pytest.mark.anyio
 

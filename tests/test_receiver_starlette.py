@@ -15,9 +15,9 @@ from starlette.routing import Route
 
 from hookrelay.receiver import WebhookEvent
 from hookrelay.receiver.starlette import VerifiedWebhook, webhook_endpoint
-from outbox.signing import generate_secret
+from hookrelay.outbox.keys.signing import generate_secret
 
-from .test_receiver import BODY, signed
+from tests.test_receiver import BODY, signed
 
 SECRET = generate_secret()
 pytestmark = pytest.mark.anyio

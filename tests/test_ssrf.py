@@ -16,18 +16,9 @@ import httpx
 import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from outbox.dns import Resolved, Resolver
-from outbox.errors import BlockedDestination, ConfigurationError, LookupFailed
-from outbox.ssrf import (
-    BLOCKED_NETWORKS,
-    AddressPolicy,
-    GuardedConnector,
-    GuardedResolver,
-    ParsedTarget,
-    blocked_reason,
-    guard_target,
-    resolve_checked,
-)
+from hookrelay.outbox.egress.dns import Resolved, Resolver
+from hookrelay.outbox.errors import BlockedDestination, ConfigurationError, LookupFailed
+from hookrelay.outbox.egress.ssrf import BLOCKED_NETWORKS, AddressPolicy, GuardedConnector, GuardedResolver, ParsedTarget, blocked_reason, guard_target, resolve_checked
 
 pytestmark = pytest.mark.anyio
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from outbox.tenants import authenticate
+from hookrelay.outbox.tenants import authenticate
 
-from .support import cli_env, run_cli
+from tests.support import cli_env, run_cli
 
 pytestmark = pytest.mark.anyio
 

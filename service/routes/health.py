@@ -9,9 +9,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from outbox.store.metrics import ping
+from hookrelay.outbox.store.metrics import ping
 
-from ..release import release
+from hookrelay.service.release import release
 
 READY_TIMEOUT_S = 2.0
 
