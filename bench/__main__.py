@@ -18,10 +18,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from hookrelay.service.server.event_loop import run as run_loop
-
 from bench import common
 from bench.procs import ROOT
+from hookrelay.service.server.event_loop import run as run_loop
 
 # The order of ``all``: the quick ones first, the soak last. Others follow by name.
 ORDER = ("e2e", "latency", "api", "scale", "backlog", "vacuum", "soak")

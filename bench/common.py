@@ -19,9 +19,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from hookrelay.outbox.store.pool import apply_schema
-
 from bench.procs import ROOT, free_port, hookrelay, peak_rss_mb, wait_for_port
+from hookrelay.outbox.store.pool import apply_schema
 
 # Set by ``python -m bench --record``: only then does record() rewrite the Markdown files.
 RECORDING = False

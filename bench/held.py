@@ -18,10 +18,9 @@ import uuid
 
 import asyncpg
 
+from bench.common import fresh_database, percentile, record, server_dsn, server_facts
 from hookrelay.outbox.dispatch.scheduler import HOLD_S
 from hookrelay.outbox.store import delivery
-
-from bench.common import fresh_database, percentile, record, server_dsn, server_facts
 
 FILL = """
 WITH stored AS (

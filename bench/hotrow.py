@@ -18,12 +18,11 @@ import base64
 
 import asyncpg
 
-from hookrelay.outbox.keys.at_rest import SecretBox
-
 from bench.backlog import fill
 from bench.common import ReceiverProcess, fresh_database, record, server_dsn, server_facts
 from bench.procs import master_key, service_env
 from bench.sched import drain_counted
+from hookrelay.outbox.keys.at_rest import SecretBox
 
 COUNTERS = """
 SELECT n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del

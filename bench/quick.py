@@ -24,9 +24,6 @@ import base64
 import re
 import sys
 
-from hookrelay.outbox.keys.at_rest import SecretBox
-from hookrelay.outbox.dispatch.dispatcher import DispatcherConfig
-
 from bench import common
 from bench.common import ReceiverProcess, fresh_database, record, server_dsn
 from bench.e2e import bare_client_limit, fill
@@ -34,6 +31,8 @@ from bench.procs import ROOT, master_key, service_env
 from bench.receipt import bare, through_hookrelay
 from bench.sched import drain_counted, own_cpu_s
 from bench.writepath import measure
+from hookrelay.outbox.dispatch.dispatcher import DispatcherConfig
+from hookrelay.outbox.keys.at_rest import SecretBox
 
 SECTION = "quick: the regression guard"
 TOLERANCE = 0.25  # a ratio may fall this far below the recorded one

@@ -13,10 +13,9 @@ from __future__ import annotations
 import argparse
 import time
 
+from bench.common import record
 from hookrelay.outbox.keys.ed25519 import generate_keypair
 from hookrelay.outbox.keys.signing import Signer, generate_secret
-
-from bench.common import record
 
 
 def rate(signer: Signer, body: bytes, seconds: float) -> float:

@@ -20,14 +20,22 @@ import time
 
 import asyncpg
 
+from bench.common import (
+    RELIABILITY_HEADER,
+    ReceiverProcess,
+    fresh_database,
+    outbox_empty,
+    record,
+    server_dsn,
+    server_facts,
+    start_dispatcher,
+)
+from bench.procs import master_key, service_env
 from hookrelay.outbox import complete_task
 from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.store.pool import create_pool
 from hookrelay.outbox.tasks.submit import NewTask, create_task
 from hookrelay.outbox.tenants import create_tenant
-
-from bench.common import RELIABILITY_HEADER, ReceiverProcess, fresh_database, outbox_empty, record, server_dsn, server_facts, start_dispatcher
-from bench.procs import master_key, service_env
 
 
 async def produce(dsn: str, box: SecretBox, url: str, n: int, batch: int) -> list[str]:

@@ -17,11 +17,19 @@ from typing import Any
 
 import asyncpg
 
-from hookrelay.outbox.keys.at_rest import SecretBox
-
 from bench.backlog import SIZES, claim_latency, fill, mb
-from bench.common import RELIABILITY_HEADER, ReceiverProcess, drain, fresh_database, percentile, record, server_dsn, server_facts
+from bench.common import (
+    RELIABILITY_HEADER,
+    ReceiverProcess,
+    drain,
+    fresh_database,
+    percentile,
+    record,
+    server_dsn,
+    server_facts,
+)
 from bench.procs import master_key, service_env
+from hookrelay.outbox.keys.at_rest import SecretBox
 
 
 async def one(server: str, key: str, url: str, rows: int, pinned: bool) -> dict[str, Any]:

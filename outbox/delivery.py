@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from hookrelay.outbox.errors import BlockedDestination, InvalidCallbackUrl, TransportError
-from hookrelay.outbox.egress.http import Sender
-from hookrelay.outbox.models import Outcome
 from hookrelay.outbox.dispatch.retry import RetryPolicy, parse_retry_after
-from hookrelay.outbox.keys.signing import Signer
+from hookrelay.outbox.egress.http import Sender
 from hookrelay.outbox.egress.ssrf import AddressPolicy
+from hookrelay.outbox.errors import BlockedDestination, InvalidCallbackUrl, TransportError
+from hookrelay.outbox.keys.signing import Signer
+from hookrelay.outbox.models import Outcome
 from hookrelay.outbox.store.delivery import ClaimedEvent
 
 __all__ = ["AttemptLimits", "AttemptResult", "ClaimedEvent", "attempt"]

@@ -22,24 +22,33 @@ from datetime import UTC, datetime
 import asyncpg
 
 from hookrelay.outbox import ids
-from hookrelay.outbox.dispatch.claim_ahead import AheadQueues, Waiting
-from hookrelay.outbox.dispatch.circuit import BreakerPolicy, take_probes
-from hookrelay.outbox.keys.at_rest import SecretBox
-from hookrelay.outbox.store.pool import TRANSIENT_ERRORS
 from hookrelay.outbox.dispatch.attempt import AttemptLimits, AttemptResult, attempt
-from hookrelay.outbox.errors import LocalFault
-from hookrelay.outbox.egress.http import Sender
-from hookrelay.outbox.keys.keyring import Keyring
-from hookrelay.outbox.store.listener import Listener
+from hookrelay.outbox.dispatch.circuit import BreakerPolicy, take_probes
+from hookrelay.outbox.dispatch.claim_ahead import AheadQueues, Waiting
 from hookrelay.outbox.dispatch.local_faults import DEFER_S, FaultReporter
-from hookrelay.outbox.keys.master_key import key_matches
 from hookrelay.outbox.dispatch.outcomes import Recorder
 from hookrelay.outbox.dispatch.retry import RetryPolicy
-from hookrelay.outbox.dispatch.scheduler import HOLD_S, Caps, InFlight, Lane, ahead, allocate, held_hosts, still_due
-from hookrelay.outbox.keys.signing import Signer
+from hookrelay.outbox.dispatch.scheduler import (
+    HOLD_S,
+    Caps,
+    InFlight,
+    Lane,
+    ahead,
+    allocate,
+    held_hosts,
+    still_due,
+)
+from hookrelay.outbox.egress.http import Sender
 from hookrelay.outbox.egress.ssrf import AddressPolicy
+from hookrelay.outbox.errors import LocalFault
+from hookrelay.outbox.keys.at_rest import SecretBox
+from hookrelay.outbox.keys.keyring import Keyring
+from hookrelay.outbox.keys.master_key import key_matches
+from hookrelay.outbox.keys.signing import Signer
 from hookrelay.outbox.store import OUTBOX_CHANNEL, delivery
 from hookrelay.outbox.store.delivery import ClaimedEvent, DueLane
+from hookrelay.outbox.store.listener import Listener
+from hookrelay.outbox.store.pool import TRANSIENT_ERRORS
 
 log = logging.getLogger("hookrelay.dispatcher")
 # Why an event whose tenant's signing secret does not decrypt is dead-lettered:

@@ -21,8 +21,8 @@ from urllib.parse import urlsplit
 
 import idna
 
-from hookrelay.outbox.errors import InvalidCallbackUrl
 from hookrelay.outbox.egress.embedded_ipv4 import classify, embedded_ipv4
+from hookrelay.outbox.errors import InvalidCallbackUrl
 
 __all__ = ["DEFAULT_PORTS", "canonical_ip", "host_key"]
 

@@ -22,10 +22,10 @@ from typing import Protocol
 import aiohttp
 import httpx
 
-from hookrelay.outbox.egress.dns import DELIVERY_TIMEOUT_S, AiohttpResolver, Resolver
-from hookrelay.outbox.errors import BlockedDestination, LocalFault, TransportError
 from hookrelay.outbox.dispatch.local_faults import as_local_fault
+from hookrelay.outbox.egress.dns import DELIVERY_TIMEOUT_S, AiohttpResolver, Resolver
 from hookrelay.outbox.egress.ssrf import AddressPolicy, GuardedConnector, blocked_reason
+from hookrelay.outbox.errors import BlockedDestination, LocalFault, TransportError
 
 USER_AGENT = "hookrelay/0.1 (+https://www.standardwebhooks.com)"
 

@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 
 import asyncpg
 
-from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.errors import ConfigurationError
+from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.keys.signing import Signer
 from hookrelay.outbox.keys.signing_keys import ActiveSecrets, active_secrets
 

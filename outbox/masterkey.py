@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.errors import ConfigurationError
+from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.store import masterkey as store
 
 # The sealed known value, and its associated data so no signing-secret blob

@@ -18,8 +18,8 @@ from typing import Literal
 
 import asyncpg
 
-from hookrelay.outbox.store.migration_steps import STEPS
 from hookrelay.outbox.store import schema
+from hookrelay.outbox.store.migration_steps import STEPS
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 

@@ -11,8 +11,8 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 
-from hookrelay.outbox.errors import InvalidCallbackUrl
 from hookrelay.outbox.dispatch.destinations import host_key
+from hookrelay.outbox.errors import InvalidCallbackUrl
 from hookrelay.outbox.store import hostkeys
 
 Step = Callable[[asyncpg.Connection], Awaitable[None]]

@@ -10,8 +10,8 @@ from typing import Any
 
 import asyncpg
 
-from hookrelay.outbox.ops.dead_letters import replay_batch, replay_matching, replay_one
 from hookrelay.outbox.models import iso
+from hookrelay.outbox.ops.dead_letters import replay_batch, replay_matching, replay_one
 from hookrelay.outbox.store import console as store
 from hookrelay.outbox.store.console import AuditEntry, EventView, MinuteCount, Overview
 from hookrelay.outbox.store.deadletters import DeadLetterFilter

@@ -15,9 +15,17 @@ from dataclasses import replace
 from typing import Any, Literal
 
 from hookrelay.outbox import ids
-from hookrelay.outbox.errors import InvalidTransition, TaskNotFound
 from hookrelay.outbox.dispatch.destinations import host_key
-from hookrelay.outbox.models import LIVE_STATUSES, TERMINAL_STATUSES, EventId, Task, TaskStatus, TerminalStatus, iso
+from hookrelay.outbox.errors import InvalidTransition, TaskNotFound
+from hookrelay.outbox.models import (
+    LIVE_STATUSES,
+    TERMINAL_STATUSES,
+    EventId,
+    Task,
+    TaskStatus,
+    TerminalStatus,
+    iso,
+)
 from hookrelay.outbox.store import events, tasks
 from hookrelay.outbox.store.steps import Plan, Step
 

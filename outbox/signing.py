@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from hookrelay.outbox.keys import ed25519
 from hookrelay.outbox.errors import ConfigurationError, SignatureError
+from hookrelay.outbox.keys import ed25519
 
 SECRET_PREFIX = "whsec_"
 SIGNATURE_VERSION = "v1"

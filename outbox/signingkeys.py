@@ -13,11 +13,11 @@ from datetime import datetime
 
 import asyncpg
 
+from hookrelay.outbox.errors import TenantNotFound
 from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.keys.ed25519 import generate_keypair
-from hookrelay.outbox.errors import TenantNotFound
-from hookrelay.outbox.models import SignatureScheme
 from hookrelay.outbox.keys.signing import generate_secret
+from hookrelay.outbox.models import SignatureScheme
 from hookrelay.outbox.store import tenants as store
 from hookrelay.outbox.store.tenants import SigningKeyRow
 

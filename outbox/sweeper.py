@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from hookrelay.outbox.store.pool import TRANSIENT_ERRORS
 from hookrelay.outbox.ops.retention import purge
 from hookrelay.outbox.store import changes, tasks
+from hookrelay.outbox.store.pool import TRANSIENT_ERRORS
 from hookrelay.outbox.tasks.transitions import timeout_task
 
 log = logging.getLogger("hookrelay.sweeper")

@@ -19,9 +19,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from hookrelay.outbox.models import Task, TerminalStatus
-from hookrelay.outbox.tasks.state_changes import TimeoutReason, complete_plan, start_plan, timeout_plan
-from hookrelay.outbox.tasks.progress import progress_plan
 from hookrelay.outbox.store.drivers import run_sync
+from hookrelay.outbox.tasks.progress import progress_plan
+from hookrelay.outbox.tasks.state_changes import (
+    TimeoutReason,
+    complete_plan,
+    start_plan,
+    timeout_plan,
+)
 
 if TYPE_CHECKING:
     import psycopg

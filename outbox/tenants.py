@@ -15,10 +15,18 @@ from typing import Any
 import asyncpg
 
 from hookrelay.outbox import ids
-from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.errors import TenantNotFound
+from hookrelay.outbox.keys.at_rest import SecretBox
+from hookrelay.outbox.keys.signing_keys import (
+    ActiveSecrets,
+    NewKeys,
+    SigningKeyRow,
+    active_secrets,
+    issue_keys,
+    rotate_secret,
+    signing_keys,
+)
 from hookrelay.outbox.models import SignatureScheme, TenantId
-from hookrelay.outbox.keys.signing_keys import ActiveSecrets, NewKeys, SigningKeyRow, active_secrets, issue_keys, rotate_secret, signing_keys
 from hookrelay.outbox.store import tenants as store
 
 __all__ = [

@@ -20,8 +20,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from hookrelay.outbox.models import TERMINAL_STATUSES, Task, TerminalStatus
-from hookrelay.outbox.tasks.state_changes import TimeoutReason, complete_plan, destination_host, event_body, start_plan, timeout_plan
 from hookrelay.outbox.store.drivers import run
+from hookrelay.outbox.tasks.state_changes import (
+    TimeoutReason,
+    complete_plan,
+    destination_host,
+    event_body,
+    start_plan,
+    timeout_plan,
+)
 
 if TYPE_CHECKING:
     import asyncpg

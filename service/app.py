@@ -11,20 +11,31 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Route
 
-from hookrelay.outbox.store.pool import create_pool
 from hookrelay.outbox.egress.dns import Resolver
-
+from hookrelay.outbox.store.pool import create_pool
 from hookrelay.service import console
 from hookrelay.service.api import openapi
 from hookrelay.service.api.auth import KeyCache, revocations
-from hookrelay.service.console.security import SignInThrottle
 from hookrelay.service.api.errors import HANDLERS
 from hookrelay.service.api.request_guard import GuardMiddleware
-from hookrelay.service.api.routes import admin, deadletters, destinations, docs, health, metrics, signing_keys, streams, tasks, testevents, ws
-from hookrelay.service.server.prerequisites import Runtime
-from hookrelay.service.live.wakeups import Signals
+from hookrelay.service.api.routes import (
+    admin,
+    deadletters,
+    destinations,
+    docs,
+    health,
+    metrics,
+    signing_keys,
+    streams,
+    tasks,
+    testevents,
+    ws,
+)
+from hookrelay.service.console.security import SignInThrottle
 from hookrelay.service.live import StreamHub
 from hookrelay.service.live.long_poll import TaskWatcher
+from hookrelay.service.live.wakeups import Signals
+from hookrelay.service.server.prerequisites import Runtime
 
 log = logging.getLogger("hookrelay.api")
 

@@ -6,9 +6,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from hookrelay.outbox.egress.dns import Resolver
-from hookrelay.outbox.errors import BlockedDestination, InvalidCallbackUrl, LookupFailed, PlainHttpRefused
 from hookrelay.outbox.egress.ssrf import AddressPolicy, guard_target
-
+from hookrelay.outbox.errors import (
+    BlockedDestination,
+    InvalidCallbackUrl,
+    LookupFailed,
+    PlainHttpRefused,
+)
 from hookrelay.service.api.errors import Unprocessable
 
 

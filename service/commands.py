@@ -12,16 +12,20 @@ from starlette.applications import Starlette
 
 from hookrelay.outbox.store.pool import create_pool
 from hookrelay.outbox.tasks.timeouts import sweeping
-
 from hookrelay.service import dispatch_http
-from hookrelay.service.server import lifecycle, event_loop as serving
 from hookrelay.service.api.app import create_app
+from hookrelay.service.cli.tty_text import printable
+from hookrelay.service.server import event_loop as serving
+from hookrelay.service.server import lifecycle
+from hookrelay.service.server.background import (
+    dispatcher_background,
+    make_dispatcher,
+    sweeper_background,
+)
 from hookrelay.service.server.lifecycle import Stopped, Stopping
+from hookrelay.service.server.open_database import open_database
 from hookrelay.service.server.prerequisites import Runtime, existing_admin_token, prepare
 from hookrelay.service.server.settings import Settings
-from hookrelay.service.server.open_database import open_database
-from hookrelay.service.cli.tty_text import printable
-from hookrelay.service.server.background import dispatcher_background, make_dispatcher, sweeper_background
 
 log = logging.getLogger("hookrelay")
 

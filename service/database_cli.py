@@ -8,14 +8,13 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from hookrelay.outbox.keys.at_rest import HOW_TO_GENERATE, KEY_FILE, SecretBox, parse_master_key
-from hookrelay.outbox.store.pool import create_pool
 from hookrelay.outbox.errors import ConfigurationError
+from hookrelay.outbox.keys.at_rest import HOW_TO_GENERATE, KEY_FILE, SecretBox, parse_master_key
 from hookrelay.outbox.keys.master_key import rotate
 from hookrelay.outbox.store.migrate import status
-
-from hookrelay.service.server.prerequisites import Runtime
+from hookrelay.outbox.store.pool import create_pool
 from hookrelay.service.server.open_database import open_database
+from hookrelay.service.server.prerequisites import Runtime
 
 NEW_KEY_VAR = "HOOKRELAY_NEW_MASTER_KEY"
 

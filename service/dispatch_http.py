@@ -25,11 +25,12 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
 from hookrelay.outbox.dispatch.dispatcher import Dispatcher
-from hookrelay.service.server import lifecycle, event_loop as serving
 from hookrelay.service.api.errors import HANDLERS
 from hookrelay.service.api.request_guard import GuardMiddleware
-from hookrelay.service.server.lifecycle import Stopping
 from hookrelay.service.api.routes import health, metrics
+from hookrelay.service.server import event_loop as serving
+from hookrelay.service.server import lifecycle
+from hookrelay.service.server.lifecycle import Stopping
 from hookrelay.service.server.settings import Settings
 
 log = logging.getLogger("hookrelay")

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from hookrelay.outbox.errors import DatabaseUnavailable
-
 from hookrelay.service.server import embedded_recovery as recovery
 
 log = logging.getLogger("hookrelay.embedded")

@@ -29,8 +29,23 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from hookrelay.outbox.errors import (
+    AlreadyPending,
+    AlreadyReplayed,
+    DatabaseUnavailable,
+    DeadLetterNotFound,
+    IdempotencyInFlight,
+    IdempotencyKeyReused,
+    InvalidTransition,
+    LocalFault,
+    NotTerminal,
+    OutboxError,
+    ProgressBackwards,
+    TaskNotFound,
+    TenantNotFound,
+    TestEventNotFound,
+)
 from hookrelay.outbox.store.pool import TRANSIENT_ERRORS
-from hookrelay.outbox.errors import AlreadyPending, AlreadyReplayed, DatabaseUnavailable, DeadLetterNotFound, IdempotencyInFlight, IdempotencyKeyReused, InvalidTransition, LocalFault, NotTerminal, OutboxError, ProgressBackwards, TaskNotFound, TenantNotFound, TestEventNotFound
 
 log = logging.getLogger("hookrelay.api")
 

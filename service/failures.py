@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncpg
 
 from hookrelay.outbox.errors import ConfigurationError, DatabaseUnavailable, OutboxError
-
 from hookrelay.service.api.errors import ApiError
 from hookrelay.service.server.settings import SettingsError
 

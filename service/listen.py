@@ -21,7 +21,6 @@ import httpx
 from aiohttp import web
 
 from hookrelay.outbox.errors import OutboxError
-
 from hookrelay.service.cli.listen_verify import Verdict, verifier_from_args
 
 # Headers a receiver needs to verify again; hop-by-hop ones are not passed on.

@@ -11,8 +11,8 @@ import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from hookrelay.outbox.keys import ed25519, signing
 from hookrelay.outbox.errors import SignatureError
+from hookrelay.outbox.keys import ed25519, signing
 
 
 @dataclass(frozen=True)

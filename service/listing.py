@@ -18,7 +18,6 @@ import asyncpg
 
 from hookrelay.outbox.models import Task
 from hookrelay.outbox.tasks.submit import Cursor, list_tasks
-
 from hookrelay.service.api.errors import BadRequest
 
 CHUNK_ROWS = 20

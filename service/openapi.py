@@ -8,7 +8,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from hookrelay.outbox.models import CircuitState, DeliveryStatus, KeyScheme, Outcome, SignatureScheme, TaskStatus, TerminalStatus, TestEventStatus
+from hookrelay.outbox.models import (
+    CircuitState,
+    DeliveryStatus,
+    KeyScheme,
+    Outcome,
+    SignatureScheme,
+    TaskStatus,
+    TerminalStatus,
+    TestEventStatus,
+)
 
 Schema = dict[str, Any]
 

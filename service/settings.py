@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from hookrelay.outbox.egress import dns
-from hookrelay.outbox.dispatch.circuit import BreakerPolicy
-from hookrelay.outbox.keys.at_rest import parse_master_key
 from hookrelay.outbox.dispatch.attempt import AttemptLimits
+from hookrelay.outbox.dispatch.circuit import BreakerPolicy
 from hookrelay.outbox.dispatch.dispatcher import DispatcherConfig
-from hookrelay.outbox.errors import ConfigurationError
 from hookrelay.outbox.dispatch.retry import RetryPolicy
+from hookrelay.outbox.egress import dns
 from hookrelay.outbox.egress.ssrf import AddressPolicy
+from hookrelay.outbox.errors import ConfigurationError
+from hookrelay.outbox.keys.at_rest import parse_master_key
 from hookrelay.outbox.tasks.timeouts import Retention
 
 # The numeric settings: int or float, and comparable with 0.

@@ -25,9 +25,8 @@ from collections.abc import Callable
 import asyncpg
 
 from hookrelay.outbox.store import events
-
-from hookrelay.service.live.coalesce import Coalesced
 from hookrelay.service.live import StreamHub
+from hookrelay.service.live.coalesce import Coalesced
 from hookrelay.service.live.long_poll import TaskWatcher
 
 log = logging.getLogger("hookrelay.signals")

@@ -19,13 +19,12 @@ from typing import Any
 
 from starlette.websockets import WebSocket
 
-from hookrelay.outbox.store.pool import TRANSIENT_ERRORS
 from hookrelay.outbox.errors import DatabaseUnavailable
 from hookrelay.outbox.models import iso
 from hookrelay.outbox.store import changes
-
-from hookrelay.service.live import ws_messages as msg
+from hookrelay.outbox.store.pool import TRANSIENT_ERRORS
 from hookrelay.service.api.errors import ApiError, BadRequest, ServiceUnavailable, Unprocessable
+from hookrelay.service.live import ws_messages as msg
 from hookrelay.service.live.changes import Change, Reset
 from hookrelay.service.live.hub import StreamHub
 from hookrelay.service.live.subscription import Subscription

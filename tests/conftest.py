@@ -25,15 +25,27 @@ import httpx
 import pytest
 
 from hookrelay.outbox.keys.at_rest import SecretBox
-from hookrelay.outbox.store.pool import create_pool
 from hookrelay.outbox.store.migrate import migrate
-from hookrelay.service.server import embedded, lifecycle, event_loop as serving
+from hookrelay.outbox.store.pool import create_pool
 from hookrelay.service.api.app import create_app
+from hookrelay.service.server import embedded, lifecycle
+from hookrelay.service.server import event_loop as serving
 from hookrelay.service.server.prerequisites import Runtime
 from hookrelay.service.server.settings import Settings
-
 from tests.receiver import Receiver
-from tests.support import ADMIN, ADMIN_TOKEN, ROOT, ServeProcess, dispatcher_env, free_port, master_key, service_env, start, wait_for_port, with_database
+from tests.support import (
+    ADMIN,
+    ADMIN_TOKEN,
+    ROOT,
+    ServeProcess,
+    dispatcher_env,
+    free_port,
+    master_key,
+    service_env,
+    start,
+    wait_for_port,
+    with_database,
+)
 
 
 @pytest.fixture(scope="session")

@@ -24,8 +24,8 @@ from sqlalchemy.pool import NullPool
 
 import hookrelay.outbox
 import hookrelay.outbox.sync
-from hookrelay.outbox.store.pool import init_connection
 from hookrelay.outbox.models import Task
+from hookrelay.outbox.store.pool import init_connection
 
 ZONE = "Asia/Kolkata"  # +05:30: a timestamp left in it would show in every body
 

@@ -39,8 +39,8 @@ from hookrelay.outbox.store import changes, delivery
 from hookrelay.outbox.store.delivery import ClaimedEvent
 from hookrelay.outbox.tasks.submit import NewTask, create_task
 from hookrelay.outbox.tenants import NewKeys, NewTenant, create_tenant
-from hookrelay.service.server.prerequisites import Runtime
 from hookrelay.service.server.background import make_dispatcher
+from hookrelay.service.server.prerequisites import Runtime
 
 ADMIN_TOKEN = "test-admin-" + secrets.token_hex(8)
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}

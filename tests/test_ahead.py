@@ -5,8 +5,8 @@ from __future__ import annotations
 import uuid
 
 from hookrelay.outbox.dispatch.claim_ahead import AheadQueues
-from hookrelay.outbox.models import EventId, TenantId
 from hookrelay.outbox.keys.signing import Signer, generate_secret
+from hookrelay.outbox.models import EventId, TenantId
 from hookrelay.outbox.store.delivery import ClaimedEvent
 
 SIGNER = Signer([generate_secret()])

@@ -8,7 +8,6 @@ import httpx
 import pytest
 
 from hookrelay.service.api.auth import KeyCache
-
 from tests.support import bearer
 
 pytestmark = pytest.mark.anyio

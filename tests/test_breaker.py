@@ -9,7 +9,6 @@ import pytest
 from aiohttp import web
 
 from hookrelay.outbox.dispatch.dispatcher import running
-
 from tests.receiver import Receiver
 from tests.support import ADMIN, backlog, bearer, dispatcher, eventually, wait_drained
 

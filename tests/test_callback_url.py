@@ -7,11 +7,10 @@ import socket
 import pytest
 
 from hookrelay.outbox.egress.dns import Resolved, Resolver
-from hookrelay.outbox.errors import LookupFailed
 from hookrelay.outbox.egress.ssrf import AddressPolicy
+from hookrelay.outbox.errors import LookupFailed
 from hookrelay.service.api.callback_url import check_callback_url
 from hookrelay.service.api.errors import Unprocessable
-
 from tests.support import bearer
 
 pytestmark = pytest.mark.anyio

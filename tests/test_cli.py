@@ -16,8 +16,16 @@ import pytest
 
 from hookrelay.outbox.store.pool import apply_schema
 from hookrelay.outbox.tenants import active_secrets, authenticate
-
-from tests.support import ROOT, backlog, cli_env, dispatcher, dispatcher_env, free_port, run_cli, wait_drained
+from tests.support import (
+    ROOT,
+    backlog,
+    cli_env,
+    dispatcher,
+    dispatcher_env,
+    free_port,
+    run_cli,
+    wait_drained,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -66,7 +74,6 @@ async def test_dead_letters_cli_session(pool, runtime, dsn) -> None:
     from aiohttp import web
 
     from hookrelay.outbox.dispatch.dispatcher import running
-
     from tests.receiver import Receiver
     from tests.support import backlog, dispatcher, wait_drained
 

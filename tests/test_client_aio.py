@@ -22,9 +22,8 @@ from hookrelay.client import (
     Unauthorized,
     WaitTimeout,
 )
-from hookrelay.receiver import verify
 from hookrelay.outbox.store import changes
-
+from hookrelay.receiver import verify
 from tests.support import ADMIN_TOKEN, LosingProxy, ServeProcess, WebhookSink, eventually
 
 pytestmark = pytest.mark.anyio

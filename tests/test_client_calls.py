@@ -9,7 +9,6 @@ import httpx
 from hookrelay.client import Client
 from hookrelay.client.calls import TaskCache
 from hookrelay.models import Task
-
 from tests.clientfakes import FakeClock, task_json
 
 

@@ -18,7 +18,6 @@ from hookrelay.client.errors import (
     WaitTimeout,
     from_response,
 )
-
 from tests.clientfakes import task_json
 
 

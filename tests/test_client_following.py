@@ -15,7 +15,6 @@ import pytest
 
 from hookrelay.client import Client, ServerError, TransportError, following
 from hookrelay.models import Task
-
 from tests.clientfakes import FakeClock, task_json
 
 

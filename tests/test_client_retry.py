@@ -20,7 +20,6 @@ from hookrelay.client import (
 )
 from hookrelay.client.errors import ApiError
 from hookrelay.client.retry import should_retry
-
 from tests.clientfakes import AsyncFakeClock, FakeClock, task_json
 
 pytestmark = pytest.mark.anyio

@@ -11,7 +11,6 @@ import httpx
 import pytest
 
 from hookrelay.client import AsyncClient, Client, WaitTimeout
-
 from tests.clientfakes import AsyncFakeClock, FakeClock, task_json
 
 pytestmark = pytest.mark.anyio

@@ -8,7 +8,6 @@ import pytest
 
 from hookrelay.service.live import coalesce
 from hookrelay.service.live.coalesce import Coalesced
-
 from tests.support import eventually
 
 pytestmark = pytest.mark.anyio

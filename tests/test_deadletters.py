@@ -6,10 +6,9 @@ import asyncio
 
 import pytest
 
-from hookrelay.outbox.ops.dead_letters import DeadLetterFilter, replay_batch
 from hookrelay.outbox.dispatch.dispatcher import running
 from hookrelay.outbox.models import EventId
-
+from hookrelay.outbox.ops.dead_letters import DeadLetterFilter, replay_batch
 from tests.receiver import failing_until_healthy
 from tests.support import ADMIN, bearer, dead_letters_of_two_tenants, dispatcher, wait_drained
 

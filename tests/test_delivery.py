@@ -14,11 +14,11 @@ import pytest
 import respx
 
 from hookrelay.outbox.dispatch.attempt import AttemptLimits, ClaimedEvent, attempt
-from hookrelay.outbox.egress.http import HttpxSender
-from hookrelay.outbox.models import EventId, TaskId, TenantId
 from hookrelay.outbox.dispatch.retry import RetryPolicy
-from hookrelay.outbox.keys.signing import Signer
+from hookrelay.outbox.egress.http import HttpxSender
 from hookrelay.outbox.egress.ssrf import AddressPolicy
+from hookrelay.outbox.keys.signing import Signer
+from hookrelay.outbox.models import EventId, TaskId, TenantId
 
 pytestmark = pytest.mark.anyio
 URL = "https://hooks.example.com/in"

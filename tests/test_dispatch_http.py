@@ -22,9 +22,22 @@ from hookrelay.outbox.dispatch.dispatcher import Dispatcher
 from hookrelay.service.dispatch_http import claim_loop_readiness
 from hookrelay.service.server.prerequisites import ADMIN_TOKEN_FILE, existing_admin_token
 from hookrelay.service.server.settings import Settings
-
 from tests.receiver import Receiver
-from tests.support import ADMIN, ROOT, backlog, bearer, cli_env, dispatcher_env, eventually, free_port, hookrelay, run_cli, start, wait_drained, wait_for_port
+from tests.support import (
+    ADMIN,
+    ROOT,
+    backlog,
+    bearer,
+    cli_env,
+    dispatcher_env,
+    eventually,
+    free_port,
+    hookrelay,
+    run_cli,
+    start,
+    wait_drained,
+    wait_for_port,
+)
 
 pytestmark = pytest.mark.anyio
 METRICS_TOKEN = "test-metrics-token"

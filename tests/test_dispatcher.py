@@ -15,13 +15,12 @@ import asyncpg
 import pytest
 from aiohttp import web
 
-from hookrelay.outbox.store.pool import create_pool
 from hookrelay.outbox.dispatch.dispatcher import running
 from hookrelay.outbox.errors import SignatureError
 from hookrelay.outbox.keys.signing import verify
 from hookrelay.outbox.store import delivery
+from hookrelay.outbox.store.pool import create_pool
 from hookrelay.outbox.tenants import rotate_secret
-
 from tests.receiver import Receiver
 from tests.support import backlog, claim_due, dispatcher, eventually, v1_secret, wait_drained
 

@@ -9,10 +9,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from hookrelay.outbox.egress.dns import Resolver
-from hookrelay.outbox.errors import BlockedDestination, LocalFault, LookupFailed
 from hookrelay.outbox.egress.http import AiohttpSender
 from hookrelay.outbox.egress.ssrf import AddressPolicy
-
+from hookrelay.outbox.errors import BlockedDestination, LocalFault, LookupFailed
 from tests.fakedns import FakeDns
 from tests.receiver import Receiver
 

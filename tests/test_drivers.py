@@ -21,11 +21,15 @@ from sqlalchemy import create_engine
 import hookrelay.outbox
 import hookrelay.outbox.sync
 from hookrelay.outbox.dispatch.dispatcher import running
-from hookrelay.outbox.errors import DatabaseUnavailable, InvalidTransition, ProgressBackwards, TaskNotFound
+from hookrelay.outbox.errors import (
+    DatabaseUnavailable,
+    InvalidTransition,
+    ProgressBackwards,
+    TaskNotFound,
+)
 from hookrelay.outbox.store.drivers import async_driver
 from hookrelay.outbox.tasks.submit import NewTask, create_task
 from hookrelay.outbox.tenants import create_tenant
-
 from tests.executors import BORROWED, KINDS, executors
 from tests.support import dispatcher, eventually
 

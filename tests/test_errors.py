@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from hookrelay.outbox.errors import AlreadyPending, ConfigurationError, IdempotencyInFlight, InvalidCallbackUrl, InvalidTransition, NotTerminal, OutboxError, SignatureError, TaskNotFound
+from hookrelay.outbox.errors import (
+    AlreadyPending,
+    ConfigurationError,
+    IdempotencyInFlight,
+    InvalidCallbackUrl,
+    InvalidTransition,
+    NotTerminal,
+    OutboxError,
+    SignatureError,
+    TaskNotFound,
+)
 from hookrelay.service.api.errors import answer_for
 
 

@@ -22,7 +22,6 @@ from hookrelay.service.api.app import create_app
 from hookrelay.service.api.openapi import spec
 from hookrelay.service.server.prerequisites import Runtime
 from hookrelay.service.server.settings import Settings
-
 from tests.support import ADMIN, bearer
 
 pytestmark = pytest.mark.anyio

@@ -16,7 +16,6 @@ import textwrap
 import pytest
 
 from hookrelay.models import Task
-
 from tests.clientfakes import task_json
 from tests.support import ROOT
 

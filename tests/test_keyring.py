@@ -12,7 +12,6 @@ from hookrelay.outbox.errors import SignatureError
 from hookrelay.outbox.keys.keyring import Keyring
 from hookrelay.outbox.keys.signing import Signer, verify
 from hookrelay.outbox.tenants import NewTenant, create_tenant, rotate_secret
-
 from tests.support import backlog, dispatcher, eventually, v1_secret
 
 pytestmark = pytest.mark.anyio

@@ -13,7 +13,6 @@ from aiohttp import web
 
 from hookrelay.outbox.dispatch.dispatcher import running
 from hookrelay.outbox.store import delivery
-
 from tests.receiver import Receiver
 from tests.support import backlog, dispatcher, eventually, wait_drained
 

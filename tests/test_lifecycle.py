@@ -21,7 +21,6 @@ import pytest
 from aiohttp import web
 
 from hookrelay.service.server.embedded_recovery import servers_for
-
 from tests.receiver import Receiver
 from tests.support import ADMIN_TOKEN, ROOT, bearer, free_port
 

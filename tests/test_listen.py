@@ -13,9 +13,17 @@ import httpx
 import pytest
 
 from hookrelay.outbox.keys import ed25519, signing
-
 from tests.receiver import Receiver
-from tests.support import ADMIN, ROOT, bearer, dispatcher_env, free_port, start, submit_and_complete, wait_for_port
+from tests.support import (
+    ADMIN,
+    ROOT,
+    bearer,
+    dispatcher_env,
+    free_port,
+    start,
+    submit_and_complete,
+    wait_for_port,
+)
 
 pytestmark = pytest.mark.anyio
 

@@ -10,7 +10,6 @@ import pytest
 
 from hookrelay.outbox.dispatch.dispatcher import running
 from hookrelay.outbox.store.listener import Listener
-
 from tests.support import backlog, dispatcher, eventually, wait_drained
 
 pytestmark = pytest.mark.anyio

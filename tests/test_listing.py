@@ -7,7 +7,6 @@ from dataclasses import replace
 import pytest
 
 from hookrelay.service.server.settings import Settings
-
 from tests.support import bearer
 
 pytestmark = pytest.mark.anyio

@@ -12,13 +12,12 @@ import pytest
 from aiohttp.client_reqrep import ConnectionKey
 
 from hookrelay.outbox.dispatch.dispatcher import Dispatcher, running
-from hookrelay.outbox.errors import LocalFault
-from hookrelay.outbox.egress.http import AiohttpSender, Reply
 from hookrelay.outbox.dispatch.local_faults import as_local_fault
-from hookrelay.outbox.metrics import LOCAL_FAULTS
+from hookrelay.outbox.egress.http import AiohttpSender, Reply
 from hookrelay.outbox.egress.ssrf import AddressPolicy
+from hookrelay.outbox.errors import LocalFault
+from hookrelay.outbox.metrics import LOCAL_FAULTS
 from hookrelay.service.server.background import dispatcher_config, make_dispatcher
-
 from tests.support import backlog, eventually, wait_drained
 
 pytestmark = pytest.mark.anyio

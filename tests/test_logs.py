@@ -9,7 +9,6 @@ import pytest
 
 from hookrelay.outbox.dispatch.dispatcher import running
 from hookrelay.service.server.logs import JsonFormatter
-
 from tests.support import ADMIN, ADMIN_TOKEN, bearer, dispatcher, wait_drained
 
 pytestmark = pytest.mark.anyio

@@ -12,14 +12,25 @@ import pytest
 from standardwebhooks import Webhook
 
 from hookrelay.outbox import complete_task
-from hookrelay.outbox.keys.at_rest import KEY_FILE, SecretBox, key_id, parse_master_key
 from hookrelay.outbox.dispatch.dispatcher import UNDECRYPTABLE, running
 from hookrelay.outbox.errors import ConfigurationError
+from hookrelay.outbox.keys.at_rest import KEY_FILE, SecretBox, key_id, parse_master_key
 from hookrelay.outbox.keys.master_key import MasterKeyMismatch, recorded_key_id, verify_or_record
 from hookrelay.outbox.tasks.submit import NewTask, create_task
 from hookrelay.outbox.tenants import active_secrets, create_tenant
-
-from tests.support import backlog, cli_env, dispatcher, dispatcher_env, eventually, free_port, run_cli, start, v1_secret, wait_drained, wait_for_port
+from tests.support import (
+    backlog,
+    cli_env,
+    dispatcher,
+    dispatcher_env,
+    eventually,
+    free_port,
+    run_cli,
+    start,
+    v1_secret,
+    wait_drained,
+    wait_for_port,
+)
 
 pytestmark = pytest.mark.anyio
 

@@ -6,7 +6,6 @@ import pytest
 from aiohttp import web
 
 from hookrelay.outbox.dispatch.dispatcher import running
-
 from tests.receiver import Receiver
 from tests.support import ADMIN, backlog, dispatcher, eventually, wait_drained
 

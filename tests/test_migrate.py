@@ -13,13 +13,12 @@ from urllib.parse import urlsplit
 import asyncpg
 import pytest
 
-from hookrelay.outbox.store.pool import create_pool, schema_sql
-from hookrelay.outbox.ops.dead_letters import replay_one
 from hookrelay.outbox.dispatch.dispatcher import running
-from hookrelay.outbox.store.migrate import migrate, migrations, status
 from hookrelay.outbox.keys.signing import generate_secret
+from hookrelay.outbox.ops.dead_letters import replay_one
+from hookrelay.outbox.store.migrate import migrate, migrations, status
+from hookrelay.outbox.store.pool import create_pool, schema_sql
 from hookrelay.outbox.tenants import hash_api_key
-
 from tests.support import ROOT, cli_env, dispatcher, run_cli, wait_drained, with_database
 
 pytestmark = pytest.mark.anyio

@@ -8,7 +8,17 @@ from typing import Any, get_args
 import asyncpg
 import pytest
 
-from hookrelay.outbox.models import LIVE_STATUSES, TERMINAL_STATUSES, AuditAction, CircuitState, DeliveryStatus, KeyScheme, Outcome, SignatureScheme, TaskStatus
+from hookrelay.outbox.models import (
+    LIVE_STATUSES,
+    TERMINAL_STATUSES,
+    AuditAction,
+    CircuitState,
+    DeliveryStatus,
+    KeyScheme,
+    Outcome,
+    SignatureScheme,
+    TaskStatus,
+)
 
 pytestmark = pytest.mark.anyio
 

@@ -14,7 +14,16 @@ from aiohttp import web
 
 from tests.pgserver import DedicatedPostgres
 from tests.receiver import Receiver
-from tests.support import ADMIN, bearer, dispatcher_env, eventually, free_port, start, submit_and_complete, wait_for_port
+from tests.support import (
+    ADMIN,
+    bearer,
+    dispatcher_env,
+    eventually,
+    free_port,
+    start,
+    submit_and_complete,
+    wait_for_port,
+)
 
 # A dedicated PostgreSQL stopped and restarted, a storm of killed connections.
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

@@ -9,7 +9,6 @@ import pytest
 
 from hookrelay.outbox.egress.embedded_ipv4 import PREFIXES, classify, embedded_ipv4
 from hookrelay.outbox.egress.ssrf import AddressPolicy, GuardedConnector, blocked_reason
-
 from tests.support import bearer
 from tests.test_ssrf import StaticResolver
 

@@ -15,7 +15,6 @@ from hookrelay.outbox import report_progress, start_task
 from hookrelay.outbox.errors import InvalidTransition, ProgressBackwards, TaskNotFound
 from hookrelay.outbox.store import TASKS_CHANNEL
 from hookrelay.outbox.tasks.timeouts import sweep_once
-
 from tests.support import ADMIN, bearer, eventually
 
 pytestmark = pytest.mark.anyio

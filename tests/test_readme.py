@@ -30,11 +30,10 @@ import asyncpg
 import pytest
 
 from hookrelay.client import Client
-from hookrelay.receiver.postgres import DDL
 from hookrelay.outbox.keys.signing import Signer, generate_secret
 from hookrelay.outbox.tasks.submit import NewTask, create_task
 from hookrelay.outbox.tenants import create_tenant
-
+from hookrelay.receiver.postgres import DDL
 from tests.clientfakes import task_json
 from tests.support import ADMIN_TOKEN, ROOT, WebhookSink, free_port, until, wait_for_port
 

@@ -15,6 +15,8 @@ import pytest
 import standardwebhooks
 import svix.webhooks
 
+from hookrelay.outbox.keys import ed25519
+from hookrelay.outbox.keys.signing import Signer, generate_secret
 from hookrelay.receiver import (
     BadSignature,
     InvalidPayload,
@@ -24,9 +26,6 @@ from hookrelay.receiver import (
     signatures,
     verify,
 )
-from hookrelay.outbox.keys import ed25519
-from hookrelay.outbox.keys.signing import Signer, generate_secret
-
 from tests.clientfakes import task_json
 
 TASK = {k: v for k, v in task_json("succeeded", 2, result={"url": "u"}).items() if k != "delivery"}

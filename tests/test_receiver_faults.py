@@ -12,7 +12,6 @@ import pytest
 from aiohttp import web
 
 from hookrelay.outbox.dispatch.dispatcher import running
-
 from tests.receiver import Receiver
 from tests.support import backlog, dispatcher, wait_drained
 

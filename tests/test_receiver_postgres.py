@@ -11,7 +11,6 @@ import psycopg
 import pytest
 
 from hookrelay.receiver.postgres import DDL, AsyncpgSeen, AsyncPsycopgSeen, PsycopgSeen
-
 from tests.support import eventually
 
 pytestmark = pytest.mark.anyio

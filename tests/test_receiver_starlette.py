@@ -13,10 +13,9 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from hookrelay.outbox.keys.signing import generate_secret
 from hookrelay.receiver import WebhookEvent
 from hookrelay.receiver.starlette import VerifiedWebhook, webhook_endpoint
-from hookrelay.outbox.keys.signing import generate_secret
-
 from tests.test_receiver import BODY, signed
 
 SECRET = generate_secret()

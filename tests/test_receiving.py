@@ -19,7 +19,6 @@ import httpx
 import pytest
 
 from hookrelay.outbox.keys.signing import Signer, generate_secret
-
 from tests.support import ROOT, free_port, wait_for_port
 
 pytestmark = pytest.mark.anyio

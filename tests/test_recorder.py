@@ -16,12 +16,11 @@ import asyncpg
 import pytest
 
 from hookrelay.outbox.dispatch import outcomes as recorder_module
-from hookrelay.outbox.dispatch.circuit import BreakerPolicy
 from hookrelay.outbox.dispatch.attempt import AttemptResult
-from hookrelay.outbox.models import Outcome
+from hookrelay.outbox.dispatch.circuit import BreakerPolicy
 from hookrelay.outbox.dispatch.outcomes import Recorder
+from hookrelay.outbox.models import Outcome
 from hookrelay.outbox.store.delivery import ClaimedEvent
-
 from tests.support import backlog, claim_due, eventually
 
 pytestmark = pytest.mark.anyio

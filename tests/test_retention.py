@@ -6,9 +6,8 @@ import pytest
 
 from hookrelay.outbox.ops import retention
 from hookrelay.outbox.ops.retention import purge
-from hookrelay.outbox.tenants import create_tenant
 from hookrelay.outbox.tasks.test_events import send_test_event
-
+from hookrelay.outbox.tenants import create_tenant
 from tests.support import backlog
 
 pytestmark = pytest.mark.anyio

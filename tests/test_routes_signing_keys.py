@@ -11,9 +11,8 @@ from standardwebhooks.webhooks import Webhook
 
 from hookrelay.outbox.dispatch.dispatcher import running
 from hookrelay.outbox.tasks.submit import NewTask, create_task
-from hookrelay.outbox.tenants import active_secrets
 from hookrelay.outbox.tasks.transitions import complete_task
-
+from hookrelay.outbox.tenants import active_secrets
 from tests.support import ADMIN, bearer, dispatcher
 from tests.test_ed25519 import nacl_verify
 

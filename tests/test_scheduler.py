@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from hookrelay.outbox.models import CircuitState, TenantId
 from hookrelay.outbox.dispatch.scheduler import Caps, InFlight, ahead, allocate, held_hosts
+from hookrelay.outbox.models import CircuitState, TenantId
 from hookrelay.outbox.store.delivery import DueLane
 
 DEFAULTS = Caps(total=200, per_host=20, per_tenant=50)

@@ -8,7 +8,6 @@ import httpx
 import pytest
 
 from hookrelay.service.server.event_loop import run
-
 from tests.support import bearer
 
 pytestmark = pytest.mark.anyio

@@ -9,7 +9,6 @@ import asyncpg
 import pytest
 
 from hookrelay.outbox.store import OUTBOX_CHANNEL, TASKS_CHANNEL, changes
-
 from tests.support import ADMIN, bearer, eventually
 
 pytestmark = pytest.mark.anyio

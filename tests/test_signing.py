@@ -10,7 +10,16 @@ import time
 import pytest
 
 from hookrelay.outbox.errors import ConfigurationError, SignatureError
-from hookrelay.outbox.keys.signing import SECRET_PREFIX, Signer, generate_secret, secret_key, sign, signature_header, verify, webhook_headers
+from hookrelay.outbox.keys.signing import (
+    SECRET_PREFIX,
+    Signer,
+    generate_secret,
+    secret_key,
+    sign,
+    signature_header,
+    verify,
+    webhook_headers,
+)
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 OTHER = "whsec_" + base64.b64encode(b"o" * 32).decode()

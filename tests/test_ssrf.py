@@ -17,8 +17,17 @@ import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from hookrelay.outbox.egress.dns import Resolved, Resolver
+from hookrelay.outbox.egress.ssrf import (
+    BLOCKED_NETWORKS,
+    AddressPolicy,
+    GuardedConnector,
+    GuardedResolver,
+    ParsedTarget,
+    blocked_reason,
+    guard_target,
+    resolve_checked,
+)
 from hookrelay.outbox.errors import BlockedDestination, ConfigurationError, LookupFailed
-from hookrelay.outbox.egress.ssrf import BLOCKED_NETWORKS, AddressPolicy, GuardedConnector, GuardedResolver, ParsedTarget, blocked_reason, guard_target, resolve_checked
 
 pytestmark = pytest.mark.anyio
 

@@ -13,7 +13,6 @@ from hookrelay.outbox.tasks.submit import NewTask, create_task
 from hookrelay.outbox.tenants import create_tenant
 from hookrelay.service.live import Change, Reset, StreamHub, TooManyStreams
 from hookrelay.service.live import hub as hub_module
-
 from tests.support import eventually, purge_changes
 
 pytestmark = pytest.mark.anyio

@@ -11,11 +11,10 @@ import pytest
 from hookrelay.outbox import complete_task
 from hookrelay.outbox.errors import InvalidTransition
 from hookrelay.outbox.store import changes
+from hookrelay.outbox.tasks.submit import NewTask, create_task
 from hookrelay.outbox.tasks.timeouts import run as sweeper_run
 from hookrelay.outbox.tasks.timeouts import sweep_once, sweeping
-from hookrelay.outbox.tasks.submit import NewTask, create_task
 from hookrelay.outbox.tenants import create_tenant
-
 from tests.support import eventually
 
 pytestmark = pytest.mark.anyio

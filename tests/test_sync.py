@@ -17,7 +17,6 @@ import pytest
 
 from hookrelay.outbox.tasks.submit import NewTask, create_task
 from hookrelay.outbox.tenants import create_tenant
-
 from tests.executors import sa_url
 from tests.support import ROOT
 

@@ -7,7 +7,6 @@ import json
 import pytest
 
 from hookrelay.outbox.tenants import authenticate
-
 from tests.support import cli_env, run_cli
 
 pytestmark = pytest.mark.anyio

@@ -12,7 +12,6 @@ from standardwebhooks.webhooks import Webhook
 from hookrelay.outbox.dispatch.dispatcher import running
 from hookrelay.outbox.tasks.submit import NewTask, create_task
 from hookrelay.outbox.tasks.transitions import complete_task
-
 from tests.receiver import Receiver
 from tests.support import ADMIN, bearer, dispatcher, wait_drained
 

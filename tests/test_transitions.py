@@ -11,8 +11,8 @@ import pytest
 from hookrelay.outbox import complete_task, start_task
 from hookrelay.outbox.errors import InvalidTransition, TaskNotFound
 from hookrelay.outbox.tasks.submit import NewTask, create_task
-from hookrelay.outbox.tenants import create_tenant
 from hookrelay.outbox.tasks.transitions import cancel_task, timeout_task
+from hookrelay.outbox.tenants import create_tenant
 
 pytestmark = pytest.mark.anyio
 

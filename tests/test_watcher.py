@@ -10,7 +10,6 @@ import pytest
 
 from hookrelay.outbox.store.pool import create_pool
 from hookrelay.service.api.app import create_app
-
 from tests.support import ADMIN, bearer, eventually
 
 pytestmark = pytest.mark.anyio

@@ -12,7 +12,6 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from hookrelay.service.live import ws_messages as msg
-
 from tests.support import ADMIN, ADMIN_TOKEN
 
 pytestmark = pytest.mark.anyio

@@ -17,7 +17,6 @@ from websockets.asyncio.client import connect
 from hookrelay.outbox import report_progress, start_task
 from hookrelay.outbox.tasks.submit import NewTask, create_task
 from hookrelay.service.live import ws_messages as msg
-
 from tests.support import ADMIN, eventually, purge_changes
 from tests.test_ws import closed_with, new_tenant, recv
 

@@ -13,11 +13,31 @@ one tree (:mod:`hookrelay.client.errors`); retries and backoff are described in
 :mod:`hookrelay.client.retry` and :mod:`hookrelay.client.backoff`.
 """
 
-from hookrelay.models import Attempt, Delivery, Progress, Task, TaskStatus, TerminalStatus, TestEvent
 from hookrelay.client.aio import AsyncClient
-from hookrelay.client.errors import ApiError, Conflict, Forbidden, HookrelayError, InvalidRequest, NotFound, RateLimited, ServerError, TransportError, Unauthorized, WaitTimeout
+from hookrelay.client.errors import (
+    ApiError,
+    Conflict,
+    Forbidden,
+    HookrelayError,
+    InvalidRequest,
+    NotFound,
+    RateLimited,
+    ServerError,
+    TransportError,
+    Unauthorized,
+    WaitTimeout,
+)
 from hookrelay.client.following import TaskEvent
 from hookrelay.client.sync import Client
+from hookrelay.models import (
+    Attempt,
+    Delivery,
+    Progress,
+    Task,
+    TaskStatus,
+    TerminalStatus,
+    TestEvent,
+)
 
 __all__ = [
     "ApiError",

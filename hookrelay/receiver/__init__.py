@@ -15,7 +15,13 @@ Adapters, each imported only when you import it (so only its framework is needed
 """
 
 from hookrelay.receiver.dedupe import AsyncSeen, MemorySeen, Seen
-from hookrelay.receiver.errors import BadSignature, InvalidPayload, MissingHeader, StaleTimestamp, VerificationError
+from hookrelay.receiver.errors import (
+    BadSignature,
+    InvalidPayload,
+    MissingHeader,
+    StaleTimestamp,
+    VerificationError,
+)
 from hookrelay.receiver.signatures import Verifier, WebhookEvent, verify
 
 __all__ = [

@@ -23,7 +23,18 @@ drivers run on asyncpg, psycopg 3 or SQLAlchemy. One module per area:
   extras); :mod:`.via_sqlalchemy_async` the async SQLAlchemy one (it needs greenlet)
 """
 
-from hookrelay.outbox.store import changes, deadletters, delivery, destinations, events, metrics, retention, schema, tasks, tenants
+from hookrelay.outbox.store import (
+    changes,
+    deadletters,
+    delivery,
+    destinations,
+    events,
+    metrics,
+    retention,
+    schema,
+    tasks,
+    tenants,
+)
 from hookrelay.outbox.store.changes import CHANGES_CHANNEL
 from hookrelay.outbox.store.events import OUTBOX_CHANNEL, TASKS_CHANNEL
 from hookrelay.outbox.store.tenants import KEYS_CHANNEL

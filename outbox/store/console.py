@@ -10,8 +10,8 @@ from typing import Any
 
 import asyncpg
 
-from hookrelay.outbox.sql import sql
 from hookrelay.outbox.models import Attempt, AuditAction, EventId, TaskId, TenantId
+from hookrelay.outbox.sql import sql
 from hookrelay.outbox.store.deadletters import DeadLetterFilter
 from hookrelay.outbox.store.events import OUTBOX_CHANNEL
 

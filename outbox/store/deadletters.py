@@ -8,8 +8,8 @@ from typing import Any
 
 import asyncpg
 
-from hookrelay.outbox.sql import sql
 from hookrelay.outbox.models import ErrorClass, EventId, TaskId, TenantId
+from hookrelay.outbox.sql import sql
 from hookrelay.outbox.store.events import OutboxEvent
 
 _LIST_DEAD_LETTERS = sql("list_dead_letters")

@@ -8,8 +8,8 @@ from typing import get_args
 
 import asyncpg
 
-from hookrelay.outbox.sql import sql
 from hookrelay.outbox.models import Attempt, EventId, TaskId, TestEventStatus
+from hookrelay.outbox.sql import sql
 from hookrelay.outbox.store.steps import Step
 
 OUTBOX_CHANNEL = "hookrelay_outbox"

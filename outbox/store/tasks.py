@@ -14,9 +14,9 @@ from typing import Any
 
 import asyncpg
 
-from hookrelay.outbox.sql import sql
 from hookrelay.outbox.errors import IdempotencyInFlight
 from hookrelay.outbox.models import LIVE_STATUSES, EventId, Task, TaskId, TaskStatus
+from hookrelay.outbox.sql import sql
 from hookrelay.outbox.store.events import TASKS_CHANNEL
 from hookrelay.outbox.store.steps import Step
 

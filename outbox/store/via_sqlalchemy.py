@@ -79,6 +79,10 @@ def driver_for(cls: type, *, sync: bool) -> Callable[[Any], Any] | None:
     """The driver class for SQLAlchemy objects of type ``cls``, or None if not one."""
     if sync:
         return SyncAlchemy if issubclass(cls, Connection | Session) else None
-    from hookrelay.outbox.store.drivers.sqlalchemy_async import AsyncAlchemy, AsyncConnection, AsyncSession
+    from hookrelay.outbox.store.drivers.sqlalchemy_async import (
+        AsyncAlchemy,
+        AsyncConnection,
+        AsyncSession,
+    )
 
     return AsyncAlchemy if issubclass(cls, AsyncConnection | AsyncSession) else None

@@ -13,8 +13,8 @@ from contextlib import asynccontextmanager
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from hookrelay.outbox.store.drivers import AsyncDriver
-from hookrelay.outbox.store.steps import Row, Step
 from hookrelay.outbox.store.drivers.sqlalchemy import inner_driver, lost
+from hookrelay.outbox.store.steps import Row, Step
 
 __all__ = ["AsyncAlchemy", "AsyncConnection", "AsyncSession"]
 

@@ -20,10 +20,20 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from hookrelay.outbox.errors import OutboxError
-
 from hookrelay.service.api.errors import ApiError, answer_for
 from hookrelay.service.console import pages
-from hookrelay.service.console.security import SESSION_COOKIE, SESSION_MAX_AGE_S, FormRejected, SecurityHeaders, SignInThrottle, check_csrf, read_form, session_secret, sign_in, signed_in
+from hookrelay.service.console.security import (
+    SESSION_COOKIE,
+    SESSION_MAX_AGE_S,
+    FormRejected,
+    SecurityHeaders,
+    SignInThrottle,
+    check_csrf,
+    read_form,
+    session_secret,
+    sign_in,
+    signed_in,
+)
 from hookrelay.service.console.views import page
 
 log = logging.getLogger("hookrelay.ops")

@@ -8,7 +8,6 @@ from starlette.routing import Route
 
 from hookrelay.outbox.models import iso
 from hookrelay.outbox.store import destinations
-
 from hookrelay.service.api import validation
 from hookrelay.service.api.auth import require_admin
 

@@ -10,7 +10,6 @@ from starlette.routing import Route
 
 from hookrelay.outbox.store import destinations
 from hookrelay.outbox.store import metrics as gauges
-
 from hookrelay.service.api.auth import require_metrics_reader
 
 # A running task this long without a sign of life is probably stuck.

@@ -6,9 +6,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from hookrelay.outbox.models import iso
 from hookrelay.outbox.keys.signing_keys import SigningKeyRow, signing_keys
-
+from hookrelay.outbox.models import iso
 from hookrelay.service.api.auth import require_tenant
 
 

@@ -11,11 +11,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from hookrelay.outbox.models import ALL_STATUSES, Task
 from hookrelay.outbox.tasks import progress as outbox_progress
 from hookrelay.outbox.tasks import redelivery, transitions
-from hookrelay.outbox.models import ALL_STATUSES, Task
 from hookrelay.outbox.tasks.submit import Idempotency, create_task, get_task
-
 from hookrelay.service.api import listing, validation
 from hookrelay.service.api.auth import Caller, caller, require_admin, require_tenant
 from hookrelay.service.api.bodies import read_json

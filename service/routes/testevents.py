@@ -7,7 +7,6 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from hookrelay.outbox.tasks.test_events import PING, get_test_event, send_test_event
-
 from hookrelay.service.api import validation
 from hookrelay.service.api.auth import require_tenant
 from hookrelay.service.api.bodies import read_json

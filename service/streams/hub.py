@@ -22,12 +22,11 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from hookrelay.outbox.store.listener import Listener
 from hookrelay.outbox.store import CHANGES_CHANNEL, TASKS_CHANNEL, changes
-
-from hookrelay.service.live.coalesce import Coalesced
+from hookrelay.outbox.store.listener import Listener
 from hookrelay.service.api.errors import ApiError, ServiceUnavailable
 from hookrelay.service.live.changes import Change, Reset
+from hookrelay.service.live.coalesce import Coalesced
 from hookrelay.service.live.subscription import Subscription
 
 log = logging.getLogger("hookrelay.streams")
