@@ -38,7 +38,9 @@ def hookrelay(command: str, *args: str) -> list[str]:
 def service_env(
     dsn: str, key: str, *, admin_token: str = "bench", **extra: object
 ) -> dict[str, str]:
-    """The environment a hookrelay child runs with: loopback callbacks allowed, quiet logs.
+    """The environment a hookrelay child runs with: loopback callbacks allowed, quiet logs,
+    and no metrics port for ``dispatch`` (several run on one host; ``metrics_port=N``
+    gives one).
 
     ``extra`` are settings by their lower-case name (``lease_s=2`` sets HOOKRELAY_LEASE_S).
     """
@@ -50,6 +52,7 @@ def service_env(
         "HOOKRELAY_ALLOW_HTTP": "true",
         "HOOKRELAY_ALLOW_PRIVATE_CIDRS": "127.0.0.0/8",
         "HOOKRELAY_LOG_LEVEL": "WARNING",
+        "HOOKRELAY_METRICS_PORT": "off",
     }
     env.update({f"HOOKRELAY_{k.upper()}": str(v) for k, v in extra.items()})
     return env

@@ -84,3 +84,14 @@ def test_lease_must_outlast_an_attempt() -> None:
 def test_bad_master_key() -> None:
     with pytest.raises(SettingsError, match="HOOKRELAY_MASTER_KEY"):
         Settings.from_env({"HOOKRELAY_MASTER_KEY": "short"})
+
+
+def test_metrics_port_of_dispatch_has_a_default_and_can_be_off() -> None:
+    assert Settings.from_env({}).metrics_port == 9464
+    assert Settings.from_env({"HOOKRELAY_METRICS_PORT": "9465"}).metrics_port == 9465
+    for off in ("off", "OFF", "0"):
+        assert Settings.from_env({"HOOKRELAY_METRICS_PORT": off}).metrics_port is None
+    for bad in ("on", "-1", "65536", "9464.5"):
+        with pytest.raises(SettingsError, match="HOOKRELAY_METRICS_PORT") as info:
+            Settings.from_env({"HOOKRELAY_METRICS_PORT": bad})
+        assert "or off" in str(info.value)

@@ -117,6 +117,9 @@ class Dispatcher:
         self._loop: asyncio.AbstractEventLoop  # set when run() starts
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
+        # When the claim loop last went round (time.monotonic()): it does at least
+        # once a poll interval, so a stale value means a loop stuck, not a quiet one.
+        self.turned_at = time.monotonic()
         self._in_flight: dict[int, tuple[ClaimedEvent, asyncio.Task[None]]] = {}
         self._flight = InFlight.empty()
         # Claim after this many slots freed (or on a NOTIFY, a poll, an empty
@@ -156,6 +159,7 @@ class Dispatcher:
         recorder = asyncio.create_task(self.recorder.run(), name="hookrelay-recorder")
         try:
             while not self._stopping.is_set():
+                self.turned_at = time.monotonic()
                 free = self._free_slots()
                 await self._release(self._ahead.expired(time.monotonic()))
                 if free > 0 and (
@@ -201,6 +205,11 @@ class Dispatcher:
     def wake(self) -> None:
         """New events were committed: look for due rows now, not at the next poll."""
         self._look()
+
+    @property
+    def stopping(self) -> bool:
+        """:meth:`stop` was called: no more claims, :meth:`run` is finishing."""
+        return self._stopping.is_set()
 
     def stop(self) -> None:
         """Stop claiming; :meth:`run` finishes in-flight attempts and returns."""

@@ -333,6 +333,14 @@ def spec() -> Schema:
         _q("cursor", {"type": "string"}),
     ]
     status = {"type": "object", "properties": {"status": {"type": "string"}}}
+    health = {
+        "type": "object",
+        "required": ["status", "version"],
+        "properties": {
+            "status": {"type": "string"},
+            "version": {"type": "string", "description": "the release this process runs"},
+        },
+    }
     return {
         "openapi": "3.1.0",
         "info": {
@@ -625,7 +633,7 @@ def spec() -> Schema:
                     errors=(401, 403),
                 )
             },
-            "/healthz": {"get": _op("Liveness", (200, status), errors=(), secured=False)},
+            "/healthz": {"get": _op("Liveness", (200, health), errors=(), secured=False)},
             "/readyz": {
                 "get": _op("Database reachable", (200, status), errors=(503,), secured=False)
             },

@@ -14,8 +14,8 @@ from hookrelay.outbox.store.pool import create_pool
 from hookrelay.outbox.tasks.timeouts import sweeping
 from hookrelay.service.api.app import create_app
 from hookrelay.service.cli.tty_text import printable
+from hookrelay.service.server import dispatch_http, lifecycle
 from hookrelay.service.server import event_loop as serving
-from hookrelay.service.server import lifecycle
 from hookrelay.service.server.background import (
     dispatcher_background,
     make_dispatcher,
@@ -23,7 +23,7 @@ from hookrelay.service.server.background import (
 )
 from hookrelay.service.server.lifecycle import Stopped, Stopping
 from hookrelay.service.server.open_database import open_database
-from hookrelay.service.server.prerequisites import Runtime, prepare
+from hookrelay.service.server.prerequisites import Runtime, existing_admin_token, prepare
 from hookrelay.service.server.settings import Settings
 
 log = logging.getLogger("hookrelay")
@@ -112,11 +112,30 @@ async def serve(settings: Settings, *, with_dispatcher: bool) -> None:
     log.info("hookrelay stopped")
 
 
+def _endpoints(settings: Settings, admin_token: str) -> list[str]:
+    """The banner's lines on ``dispatch``'s own port."""
+    if settings.metrics_port is None:
+        return ["metrics:         off (HOOKRELAY_METRICS_PORT)"]
+    url = _url(settings.host, settings.metrics_port)
+    lines = [f"metrics:         {url}/metrics (and /healthz, /readyz)"]
+    if not admin_token and not settings.metrics_token:
+        lines.append(
+            "                 no HOOKRELAY_ADMIN_TOKEN or HOOKRELAY_METRICS_TOKEN: "
+            "/metrics refuses every request"
+        )
+    return lines
+
+
 async def dispatch(settings: Settings) -> None:
-    """``dispatch``: claim and deliver until stopped; in-flight attempts finish first."""
+    """``dispatch``: claim and deliver until stopped; in-flight attempts finish first.
+
+    Meanwhile its own port (``HOOKRELAY_METRICS_PORT``, unless off) serves
+    /metrics, /healthz and /readyz; it is bound first, like the API's.
+    """
     stopping = Stopping()
     runtime: Runtime | None = None
     with stopping.handling_signals():
+        sock = None if settings.metrics_port is None else dispatch_http.bind(settings)
         try:
             async with stopping.interruptible():
                 runtime = prepare(settings, may_create=False, needs_token=False)
@@ -128,18 +147,44 @@ async def dispatch(settings: Settings) -> None:
             try:
                 dispatcher = make_dispatcher(runtime, pool)
                 stopping.on_stop(dispatcher.stop)
+                # Only checked here, never generated: the API's, from the environment
+                # or the data directory `serve` keeps it in.
+                token = existing_admin_token(s)
                 lines = [
                     f"hookrelay dispatcher {dispatcher.config.owner} started",
                     *_where(runtime),
+                    *_endpoints(s, token),
                 ]
-                print(printable("\n".join(lines), keep_newlines=True), flush=True)
-                log.info("dispatcher %s started", dispatcher.config.owner)
+
+                def announce() -> None:
+                    print(printable("\n".join(lines), keep_newlines=True), flush=True)
+                    log.info("dispatcher %s started", dispatcher.config.owner)
+                    if sock is not None and not token and not s.metrics_token:
+                        log.warning(
+                            "no HOOKRELAY_ADMIN_TOKEN or HOOKRELAY_METRICS_TOKEN:"
+                            " /metrics on HOOKRELAY_METRICS_PORT refuses every request"
+                        )
+
                 async with sweeping(pool, s.sweep_interval_s, s.retention()):
-                    await dispatcher.run()
+                    if sock is None:
+                        announce()
+                        await dispatcher.run()
+                    else:
+                        await dispatch_http.run_beside(
+                            dispatcher,
+                            pool=pool,
+                            sock=sock,
+                            settings=s,
+                            admin_token=token,
+                            stopping=stopping,
+                            announce=announce,
+                        )
             finally:
                 await pool.close()
         except Stopped:
             log.info("stopped while starting")
         finally:
+            if sock is not None:
+                sock.close()
             if runtime is not None:
                 runtime.close()

@@ -22,6 +22,13 @@ from hookrelay.outbox.tasks.timeouts import Retention
 
 # The numeric settings: int or float, and comparable with 0.
 N = TypeVar("N", int, float)
+# Where ``hookrelay dispatch`` serves /metrics, /healthz and /readyz unless
+# HOOKRELAY_METRICS_PORT says otherwise: the Prometheus exporter port OpenTelemetry
+# uses, well away from the API's 8000 and the ports next to it that more API
+# processes on one host would take.
+METRICS_PORT = 9464
+# HOOKRELAY_METRICS_PORT values that mean "serve nothing".
+METRICS_OFF = frozenset({"off", "0"})
 SECRET_FIELDS = frozenset({"admin_token", "master_key", "metrics_token"})
 
 
@@ -46,6 +53,19 @@ def _positive(kind: Callable[[str], N]) -> Callable[[str], N]:
         return value
 
     return parse
+
+
+def _metrics_port(raw: str) -> int | None:
+    """A port 1..65535, or None for ``off`` (or ``0``): no metrics server."""
+    if raw.lower() in METRICS_OFF:
+        return None
+    try:
+        port = int(raw)
+    except ValueError:
+        port = -1
+    if not 0 < port < 65536:
+        raise ValueError("expected a port number 1..65535, or off")
+    return port
 
 
 def _mask_dsn(dsn: str | None) -> str | None:
@@ -108,6 +128,8 @@ class Settings:
     task_retention_s: float = Retention.tasks_s
     host: str = "127.0.0.1"
     port: int = 8000
+    # ``hookrelay dispatch``'s own HTTP port (None: it serves none).
+    metrics_port: int | None = METRICS_PORT
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
     max_connections: int = 1000
@@ -166,6 +188,7 @@ class Settings:
             "task_retention_s": ("HOOKRELAY_TASK_RETENTION_S", _positive(float)),
             "host": ("HOOKRELAY_HOST", str),
             "port": ("HOOKRELAY_PORT", _positive(int)),
+            "metrics_port": ("HOOKRELAY_METRICS_PORT", _metrics_port),
             "header_timeout_s": ("HOOKRELAY_HEADER_TIMEOUT_S", _positive(float)),
             "body_timeout_s": ("HOOKRELAY_BODY_TIMEOUT_S", _positive(float)),
             "max_connections": ("HOOKRELAY_MAX_CONNECTIONS", _positive(int)),
