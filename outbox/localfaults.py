@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
+import ssl
 import time
 from collections import Counter
-
-import aiohttp
 
 from .errors import LocalFault, LocalFaultKind
 from .metrics import LOCAL_FAULTS
@@ -37,13 +37,16 @@ _ERRNO_KINDS: dict[int, LocalFaultKind] = {
 
 
 def _one(exc: BaseException) -> LocalFault | None:
+    # By type and errno only. An exception's text may quote the receiver's
+    # status line or headers ("500 Session is closed"), and a fault judged
+    # ours costs nothing: a receiver could make its event retry forever.
+    # The errno of an OSError is our own socket call's, set by our kernel;
+    # an SSLError's is OpenSSL's code instead, in a TLS exchange with the receiver.
     if isinstance(exc, LocalFault):
         return exc
-    if isinstance(exc, OSError) and exc.errno in _ERRNO_KINDS:
-        return LocalFault(_ERRNO_KINDS[exc.errno], str(exc)[:300])
-    closed = "Session is closed" in str(exc) or "Connector is closed" in str(exc)
-    if closed and isinstance(exc, RuntimeError | aiohttp.ClientConnectionError):
-        return LocalFault("pool_closed", str(exc))
+    if isinstance(exc, OSError) and not isinstance(exc, ssl.SSLError) and exc.errno in _ERRNO_KINDS:
+        detail = f"{type(exc).__name__}: [Errno {exc.errno}] {os.strerror(exc.errno)}"
+        return LocalFault(_ERRNO_KINDS[exc.errno], detail)
     return None
 
 
