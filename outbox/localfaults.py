@@ -18,6 +18,7 @@ from collections import Counter
 
 from .errors import LocalFault, LocalFaultKind
 from .metrics import LOCAL_FAULTS
+from .untrusted import receiver_text
 
 __all__ = ["DEFER_S", "FaultReporter", "as_local_fault"]
 
@@ -26,6 +27,7 @@ log = logging.getLogger("hookrelay.dispatcher")
 DEFER_S = 1.0
 # A fault that repeats is logged once per this many seconds per kind, with a count.
 _LOG_EVERY_S = 5.0
+_DETAIL_CHARS = 1000
 
 _ERRNO_KINDS: dict[int, LocalFaultKind] = {
     errno.EMFILE: "out_of_fds",
@@ -89,7 +91,8 @@ class FaultReporter:
             "local fault (%s), not the receiver's: event given back without spending an "
             "attempt: %s (%d more since the last report)",
             fault.kind,
-            fault.detail,
+            # A bug's detail is an exception's text, which may quote a receiver.
+            receiver_text(fault.detail, _DETAIL_CHARS),
             self._unlogged.pop(fault.kind, 0),
             extra={"event_id": event_id},
         )
