@@ -16,9 +16,9 @@ import ssl
 import time
 from collections import Counter
 
-from .errors import LocalFault, LocalFaultKind
-from .metrics import LOCAL_FAULTS
-from .untrusted import receiver_text
+from hookrelay.outbox.errors import LocalFault, LocalFaultKind
+from hookrelay.outbox.metrics import LOCAL_FAULTS
+from hookrelay.outbox.untrusted import receiver_text
 
 __all__ = ["DEFER_S", "FaultReporter", "as_local_fault"]
 

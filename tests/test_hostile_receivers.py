@@ -15,12 +15,11 @@ from dataclasses import replace
 import asyncpg
 import pytest
 
-from outbox.dispatcher import Dispatcher, running
-from outbox.models import EventId
-from service.runtime import Runtime
-
-from .rawreceiver import RawReceiver
-from .support import backlog, dispatcher, wait_drained
+from hookrelay.outbox.dispatch.dispatcher import Dispatcher, running
+from hookrelay.outbox.models import EventId
+from hookrelay.service.server.prerequisites import Runtime
+from tests.rawreceiver import RawReceiver
+from tests.support import backlog, dispatcher, wait_drained
 
 pytestmark = pytest.mark.anyio
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from outbox.untrusted import receiver_text
+from hookrelay.outbox.untrusted import receiver_text
 
 pytestmark = pytest.mark.anyio
 
