@@ -8,7 +8,8 @@
 SELECT pg_advisory_xact_lock(7240112);
 
 -- name: create_schema_version
--- The migration runner's bootstrap; the same table as in schema.sql.
+-- The migration runner's bootstrap: the table as 0001 made it (0014 adds
+-- `compatible`; schema.sql shows it whole).
 CREATE TABLE IF NOT EXISTS schema_version (
     version     integer PRIMARY KEY,
     name        text NOT NULL,
@@ -33,11 +34,24 @@ SELECT 1, 'initial'
 -- name: applied_migrations
 SELECT version, applied_at FROM schema_version ORDER BY version;
 
+-- name: applied_migration_rows
+-- Every applied migration with its compatibility flag. Read through to_jsonb so
+-- the same statement works before 0014 added the column (no flag: false).
+SELECT version, name, applied_at,
+       COALESCE((to_jsonb(s) ->> 'compatible')::boolean, false) AS compatible
+  FROM schema_version s
+ ORDER BY version;
+
 -- name: migration_applied
 SELECT EXISTS (SELECT 1 FROM schema_version WHERE version = $1);
 
 -- name: record_migration
 INSERT INTO schema_version (version, name) VALUES ($1, $2);
+
+-- name: mark_migration_compatible
+-- After record_migration, for a migration whose file declares it compatible
+-- (only from 0014 on, which adds the column).
+UPDATE schema_version SET compatible = true WHERE version = $1;
 
 -- name: master_key_check
 SELECT key_id, check_enc FROM master_key_check WHERE id = 1;

@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 from hookrelay.outbox.dispatch.attempt import AttemptLimits
@@ -53,6 +53,15 @@ def _positive(kind: Callable[[str], N]) -> Callable[[str], N]:
         return value
 
     return parse
+
+
+def _migrate_mode(raw: str) -> Literal["auto", "off"]:
+    value = raw.lower()
+    if value == "auto":
+        return "auto"
+    if value == "off":
+        return "off"
+    raise ValueError("expected auto or off")
 
 
 def _metrics_port(raw: str) -> int | None:
@@ -146,6 +155,9 @@ class Settings:
     ws_ping_s: float = 30.0
     ws_max_subscriptions: int = 1000
     log_level: str = "INFO"
+    # "auto": a process applies missing migrations at start; "off": it never runs DDL
+    # (DML rights are enough) and refuses a schema older than it needs.
+    migrate: Literal["auto", "off"] = "auto"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -200,6 +212,7 @@ class Settings:
             "ws_ping_s": ("HOOKRELAY_WS_PING_S", _positive(float)),
             "ws_max_subscriptions": ("HOOKRELAY_WS_MAX_SUBSCRIPTIONS", _positive(int)),
             "log_level": ("HOOKRELAY_LOG_LEVEL", str.upper),
+            "migrate": ("HOOKRELAY_MIGRATE", _migrate_mode),
         }
         values: dict[str, Any] = {}
         problems: list[str] = []
