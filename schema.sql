@@ -1,5 +1,5 @@
 -- hookrelay schema, whole and current: the place to read it. Databases are built
--- and upgraded by the numbered files in outbox/migrations/ (`hookrelay migrate`);
+-- and upgraded by the numbered files in outbox/sql/migrations/ (`hookrelay migrate`);
 -- a test proves that running them all gives exactly this schema, so a change
 -- goes into a new migration and here, together.
 
@@ -143,7 +143,7 @@ CREATE TABLE IF NOT EXISTS outbox (
 -- each lane's rows together in schedule order: finding the lanes with due work
 -- is a skip scan (two probes per lane) and a lane's claim reads only what it
 -- takes and the lane's leased rows, so rows held back anywhere cost the claims
--- nothing (outbox/scheduler.py). The lease is in no index (0011), so a claim's
+-- nothing (outbox/dispatch/scheduler.py). The lease is in no index (0011), so a claim's
 -- UPDATE, which writes only the lease, is HOT.
 CREATE INDEX IF NOT EXISTS outbox_lane_due
     ON outbox (host, tenant_id, next_attempt_at);

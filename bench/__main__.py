@@ -18,10 +18,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from service.serving import run as run_loop
-
-from . import common
-from .procs import ROOT
+from bench import common
+from bench.procs import ROOT
+from hookrelay.service.server.event_loop import run as run_loop
 
 # The order of ``all``: the quick ones first, the soak last. Others follow by name.
 ORDER = ("e2e", "latency", "api", "scale", "backlog", "vacuum", "soak")
@@ -79,7 +78,7 @@ def main(argv: list[str]) -> int:
     sys.argv = [f"python -m bench {name}", *rest]
     result = found[name]()
     if inspect.iscoroutine(result):
-        # On uvloop, as hookrelay's own processes run (service.serving.run): a
+        # On uvloop, as hookrelay's own processes run (hookrelay.service.server.event_loop.run): a
         # yardstick in the bench process, like the bare aiohttp client, is then
         # measured on the same kind of loop as what it is compared with.
         run_loop(result)

@@ -25,7 +25,7 @@ from pathlib import Path
 import aiohttp
 
 from bench.common import percentile
-from service.serving import run
+from hookrelay.service.server.event_loop import run
 
 
 async def main() -> None:

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from service.serving import run, uvicorn_config
+from hookrelay.service.server.event_loop import run, uvicorn_config
 
 
 async def hello(request: Request) -> JSONResponse:

@@ -19,8 +19,8 @@ from typing import Any
 
 import httpx
 
-from .common import fresh_database, record, server_dsn
-from .procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
+from bench.common import fresh_database, record, server_dsn
+from bench.procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
 
 SUBMIT = {"type": "bench", "callbackUrl": "http://127.0.0.1:9/hook", "input": {"n": 1}}
 

@@ -22,8 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from .common import fresh_database, server_dsn
-from .procs import ROOT, free_port, wait_for_port
+from bench.common import fresh_database, server_dsn
+from bench.procs import ROOT, free_port, wait_for_port
 
 HEADER_MB = 128
 SLOW_CLIENTS = 1050
@@ -33,10 +33,10 @@ FD_LIMIT = 1024
 def serve(mode: str, port: int, dsn: str) -> None:  # pragma: no cover - child process
     import uvicorn
 
-    from service import serving
-    from service.app import create_app
-    from service.runtime import prepare
-    from service.settings import Settings
+    from hookrelay.service.api.app import create_app
+    from hookrelay.service.server import event_loop as serving
+    from hookrelay.service.server.prerequisites import prepare
+    from hookrelay.service.server.settings import Settings
 
     settings = Settings(database_url=dsn, data_dir=Path(tempfile.mkdtemp()), admin_token="bench")
     config = serving.uvicorn_config(

@@ -19,14 +19,7 @@ from typing import Any
 
 import asyncpg
 
-from outbox import complete_task
-from outbox.crypto import SecretBox
-from outbox.db import create_pool
-from outbox.store import changes, delivery
-from outbox.tasks import NewTask, create_task
-from outbox.tenants import create_tenant
-
-from .common import (
+from bench.common import (
     ReceiverProcess,
     drain,
     fresh_database,
@@ -35,7 +28,13 @@ from .common import (
     server_dsn,
     server_facts,
 )
-from .procs import master_key, service_env
+from bench.procs import master_key, service_env
+from hookrelay.outbox import complete_task
+from hookrelay.outbox.keys.at_rest import SecretBox
+from hookrelay.outbox.store import changes, delivery
+from hookrelay.outbox.store.pool import create_pool
+from hookrelay.outbox.tasks.submit import NewTask, create_task
+from hookrelay.outbox.tenants import create_tenant
 
 # Rows are made in SQL, but shaped exactly like the ones complete_task writes:
 # a succeeded task carrying its event id, and the event's real body.

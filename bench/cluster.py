@@ -16,10 +16,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import clusterruns as runs
-from .clusterhosts import cluster
-from .common import RELIABILITY_HEADER, record
-from .netns import unavailable
+from bench import clusterruns as runs
+from bench.clusterhosts import cluster
+from bench.common import RELIABILITY_HEADER, record
+from bench.netns import unavailable
 
 SCENARIOS = ("scale", "lost", "partition", "failover", "vanish", "async")
 

@@ -27,14 +27,13 @@ from typing import Any
 import asyncpg
 import httpx
 
-from outbox.crypto import SecretBox
-from outbox.db import apply_schema
-
-from .backlog import fill
-from .common import eventually
-from .netns import Host, Network
-from .pgnodes import PORT, PgNode, cpu_seconds
-from .procs import ROOT, hookrelay, master_key, service_env
+from bench.backlog import fill
+from bench.common import eventually
+from bench.netns import Host, Network
+from bench.pgnodes import PORT, PgNode, cpu_seconds
+from bench.procs import ROOT, hookrelay, master_key, service_env
+from hookrelay.outbox.keys.at_rest import SecretBox
+from hookrelay.outbox.store.pool import apply_schema
 
 RX_PORT = 9000
 API_PORT = 8000

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from .clusterhosts import ADMIN
+from bench.clusterhosts import ADMIN
 
 PAUSE_S = 0.05  # after a failed request: a client backing off, not hammering a 503
 

@@ -16,9 +16,9 @@ from typing import Any
 import asyncpg
 import httpx
 
-from .clusterhosts import ADMIN, AppHost, Cluster, Database, poll
-from .clusterload import Load
-from .common import seconds_to_drain
+from bench.clusterhosts import ADMIN, AppHost, Cluster, Database, poll
+from bench.clusterload import Load
+from bench.common import seconds_to_drain
 
 DRAIN_TIMEOUT_S = 600.0
 

@@ -19,9 +19,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from outbox.db import apply_schema
-
-from .procs import ROOT, free_port, hookrelay, peak_rss_mb, wait_for_port
+from bench.procs import ROOT, free_port, hookrelay, peak_rss_mb, wait_for_port
+from hookrelay.outbox.store.pool import apply_schema
 
 # Set by ``python -m bench --record``: only then does record() rewrite the Markdown files.
 RECORDING = False
@@ -31,7 +30,7 @@ def server_dsn() -> str:
     """``DATABASE_URL`` when set, else the embedded server under .hookrelay-bench/."""
     if os.environ.get("DATABASE_URL"):
         return os.environ["DATABASE_URL"]
-    from service import embedded
+    from hookrelay.service.server import embedded
 
     return embedded.start(ROOT / ".hookrelay-bench")
 

@@ -36,17 +36,16 @@ from pathlib import Path
 import aiohttp
 import asyncpg
 
-from outbox import complete_task
-from outbox.crypto import SecretBox
-from outbox.db import create_pool
-from outbox.store import changes
-from outbox.tasks import NewTask, create_task
-from outbox.tenants import create_tenant
-
-from .common import ReceiverProcess, fresh_database, outbox_empty, record, server_dsn
-from .pgq import pgq_rate
-from .procs import ROOT, hookrelay, master_key, service_env
-from .sched import PER_HOST, cpu_s, own_cpu_s
+from bench.common import ReceiverProcess, fresh_database, outbox_empty, record, server_dsn
+from bench.pgq import pgq_rate
+from bench.procs import ROOT, hookrelay, master_key, service_env
+from bench.sched import PER_HOST, cpu_s, own_cpu_s
+from hookrelay.outbox import complete_task
+from hookrelay.outbox.keys.at_rest import SecretBox
+from hookrelay.outbox.store import changes
+from hookrelay.outbox.store.pool import create_pool
+from hookrelay.outbox.tasks.submit import NewTask, create_task
+from hookrelay.outbox.tenants import create_tenant
 
 TOTAL = 200  # DispatcherConfig.concurrency: in flight over every host
 

@@ -23,8 +23,8 @@ from itertools import count
 import asyncpg
 import httpx
 
-from .common import ReceiverProcess, fresh_database, percentile, record, server_dsn
-from .procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
+from bench.common import ReceiverProcess, fresh_database, percentile, record, server_dsn
+from bench.procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
 
 ADMIN = {"Authorization": "Bearer bench"}
 Y_NAME = "y.bench.test"

@@ -35,14 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from outbox import complete_task
-from outbox.crypto import SecretBox
-from outbox.db import create_pool
-from outbox.dispatcher import DispatcherConfig
-from outbox.tasks import NewTask, create_task
-from outbox.tenants import create_tenant
-
-from .common import (
+from bench.common import (
     ReceiverProcess,
     fresh_database,
     percentile,
@@ -50,7 +43,13 @@ from .common import (
     server_dsn,
     start_dispatcher,
 )
-from .procs import ROOT, free_port, master_key, service_env, wait_for_port
+from bench.procs import ROOT, free_port, master_key, service_env, wait_for_port
+from hookrelay.outbox import complete_task
+from hookrelay.outbox.dispatch.dispatcher import DispatcherConfig
+from hookrelay.outbox.keys.at_rest import SecretBox
+from hookrelay.outbox.store.pool import create_pool
+from hookrelay.outbox.tasks.submit import NewTask, create_task
+from hookrelay.outbox.tenants import create_tenant
 
 
 async def main() -> None:

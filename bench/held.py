@@ -18,10 +18,9 @@ import uuid
 
 import asyncpg
 
-from outbox.scheduler import HOLD_S
-from outbox.store import delivery
-
-from .common import fresh_database, percentile, record, server_dsn, server_facts
+from bench.common import fresh_database, percentile, record, server_dsn, server_facts
+from hookrelay.outbox.dispatch.scheduler import HOLD_S
+from hookrelay.outbox.store import delivery
 
 FILL = """
 WITH stored AS (

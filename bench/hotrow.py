@@ -18,12 +18,11 @@ import base64
 
 import asyncpg
 
-from outbox.crypto import SecretBox
-
-from .backlog import fill
-from .common import ReceiverProcess, fresh_database, record, server_dsn, server_facts
-from .procs import master_key, service_env
-from .sched import drain_counted
+from bench.backlog import fill
+from bench.common import ReceiverProcess, fresh_database, record, server_dsn, server_facts
+from bench.procs import master_key, service_env
+from bench.sched import drain_counted
+from hookrelay.outbox.keys.at_rest import SecretBox
 
 COUNTERS = """
 SELECT n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del

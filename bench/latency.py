@@ -18,14 +18,13 @@ import time
 
 import aiohttp
 
-from outbox import complete_task
-from outbox.crypto import SecretBox
-from outbox.db import create_pool
-from outbox.tasks import NewTask, create_task
-from outbox.tenants import create_tenant
-
-from .common import ReceiverProcess, fresh_database, percentile, record, server_dsn
-from .procs import ROOT, hookrelay, master_key, service_env
+from bench.common import ReceiverProcess, fresh_database, percentile, record, server_dsn
+from bench.procs import ROOT, hookrelay, master_key, service_env
+from hookrelay.outbox import complete_task
+from hookrelay.outbox.keys.at_rest import SecretBox
+from hookrelay.outbox.store.pool import create_pool
+from hookrelay.outbox.tasks.submit import NewTask, create_task
+from hookrelay.outbox.tenants import create_tenant
 
 
 async def bare_latency(url: str, rate: float, seconds: float) -> list[float]:

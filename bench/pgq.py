@@ -89,7 +89,7 @@ def run_worker(dsn: str, url: str, n: int, concurrency: int) -> float:
 
 async def pgq_rate(server: str, url: str, body: bytes, n: int, concurrency: int) -> float:
     """Fresh database, ``n`` jobs, one worker process: delivered/s."""
-    from .common import fresh_database
+    from bench.common import fresh_database
 
     dsn = await fresh_database(server)
     await enqueue(dsn, body, n)
@@ -106,7 +106,7 @@ async def main() -> None:
         dsn, url, n, c = args.worker
         await worker(dsn, url, int(n), int(c))
         return
-    from .common import ReceiverProcess, server_dsn
+    from bench.common import ReceiverProcess, server_dsn
 
     rx = ReceiverProcess()
     try:

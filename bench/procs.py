@@ -32,7 +32,7 @@ def master_key() -> str:
 
 def hookrelay(command: str, *args: str) -> list[str]:
     """The argv of ``hookrelay <command>`` run from this checkout, with this interpreter."""
-    return [sys.executable, "-m", "service.cli", command, *args]
+    return [sys.executable, "-m", "hookrelay.service.cli", command, *args]
 
 
 def service_env(

@@ -24,16 +24,15 @@ import base64
 import re
 import sys
 
-from outbox.crypto import SecretBox
-from outbox.dispatcher import DispatcherConfig
-
-from . import common
-from .common import ReceiverProcess, fresh_database, record, server_dsn
-from .e2e import bare_client_limit, fill
-from .procs import ROOT, master_key, service_env
-from .receipt import bare, through_hookrelay
-from .sched import drain_counted, own_cpu_s
-from .writepath import measure
+from bench import common
+from bench.common import ReceiverProcess, fresh_database, record, server_dsn
+from bench.e2e import bare_client_limit, fill
+from bench.procs import ROOT, master_key, service_env
+from bench.receipt import bare, through_hookrelay
+from bench.sched import drain_counted, own_cpu_s
+from bench.writepath import measure
+from hookrelay.outbox.dispatch.dispatcher import DispatcherConfig
+from hookrelay.outbox.keys.at_rest import SecretBox
 
 SECTION = "quick: the regression guard"
 TOLERANCE = 0.25  # a ratio may fall this far below the recorded one

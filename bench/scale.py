@@ -20,11 +20,10 @@ from typing import Any
 
 import asyncpg
 
-from outbox.crypto import SecretBox
-
-from .backlog import fill
-from .common import ReceiverProcess, fresh_database, record, seconds_to_drain, server_dsn
-from .procs import ROOT, hookrelay, master_key, service_env
+from bench.backlog import fill
+from bench.common import ReceiverProcess, fresh_database, record, seconds_to_drain, server_dsn
+from bench.procs import ROOT, hookrelay, master_key, service_env
+from hookrelay.outbox.keys.at_rest import SecretBox
 
 
 async def pg_busy_ms(conn: asyncpg.Connection) -> tuple[str, float]:

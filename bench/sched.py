@@ -36,14 +36,13 @@ from pathlib import Path
 
 import asyncpg
 
-from outbox.crypto import SecretBox
-from outbox.dispatcher import DispatcherConfig
-
-from .backlog import fill
-from .common import ReceiverProcess, fresh_database, outbox_empty, record, server_dsn
-from .e2e import bare_client_limit
-from .pgq import pgq_rate
-from .procs import ROOT, hookrelay, master_key, service_env
+from bench.backlog import fill
+from bench.common import ReceiverProcess, fresh_database, outbox_empty, record, server_dsn
+from bench.e2e import bare_client_limit
+from bench.pgq import pgq_rate
+from bench.procs import ROOT, hookrelay, master_key, service_env
+from hookrelay.outbox.dispatch.dispatcher import DispatcherConfig
+from hookrelay.outbox.keys.at_rest import SecretBox
 
 PER_HOST = DispatcherConfig.per_host_concurrency
 

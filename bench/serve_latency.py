@@ -17,8 +17,8 @@ import time
 
 import aiohttp
 
-from .common import ReceiverProcess, fresh_database, percentile, record, server_dsn
-from .procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
+from bench.common import ReceiverProcess, fresh_database, percentile, record, server_dsn
+from bench.procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
 
 ADMIN = {"Authorization": "Bearer bench"}
 

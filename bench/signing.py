@@ -13,10 +13,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from outbox.ed25519 import generate_keypair
-from outbox.signing import Signer, generate_secret
-
-from .common import record
+from bench.common import record
+from hookrelay.outbox.keys.ed25519 import generate_keypair
+from hookrelay.outbox.keys.signing import Signer, generate_secret
 
 
 def rate(signer: Signer, body: bytes, seconds: float) -> float:

@@ -20,13 +20,7 @@ import time
 
 import asyncpg
 
-from outbox import complete_task
-from outbox.crypto import SecretBox
-from outbox.db import create_pool
-from outbox.tasks import NewTask, create_task
-from outbox.tenants import create_tenant
-
-from .common import (
+from bench.common import (
     RELIABILITY_HEADER,
     ReceiverProcess,
     fresh_database,
@@ -36,7 +30,12 @@ from .common import (
     server_facts,
     start_dispatcher,
 )
-from .procs import master_key, service_env
+from bench.procs import master_key, service_env
+from hookrelay.outbox import complete_task
+from hookrelay.outbox.keys.at_rest import SecretBox
+from hookrelay.outbox.store.pool import create_pool
+from hookrelay.outbox.tasks.submit import NewTask, create_task
+from hookrelay.outbox.tenants import create_tenant
 
 
 async def produce(dsn: str, box: SecretBox, url: str, n: int, batch: int) -> list[str]:

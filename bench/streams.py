@@ -32,10 +32,9 @@ from typing import Any
 import asyncpg
 import httpx
 
-from outbox import report_progress, start_task
-
-from .common import fresh_database, percentile, record, server_dsn
-from .procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
+from bench.common import fresh_database, percentile, record, server_dsn
+from bench.procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
+from hookrelay.outbox import report_progress, start_task
 
 KINDS = {"sse": "SSE", "ws": "WebSocket", "lp": "long-poll (baseline)"}
 

@@ -17,10 +17,8 @@ from typing import Any
 
 import asyncpg
 
-from outbox.crypto import SecretBox
-
-from .backlog import SIZES, claim_latency, fill, mb
-from .common import (
+from bench.backlog import SIZES, claim_latency, fill, mb
+from bench.common import (
     RELIABILITY_HEADER,
     ReceiverProcess,
     drain,
@@ -30,7 +28,8 @@ from .common import (
     server_dsn,
     server_facts,
 )
-from .procs import master_key, service_env
+from bench.procs import master_key, service_env
+from hookrelay.outbox.keys.at_rest import SecretBox
 
 
 async def one(server: str, key: str, url: str, rows: int, pinned: bool) -> dict[str, Any]:

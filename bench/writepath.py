@@ -28,15 +28,14 @@ from typing import Any
 
 import asyncpg
 
-from outbox import ids
-from outbox.crypto import SecretBox
-from outbox.store import changes
-from outbox.tenants import create_tenant
-
-from .api import load
-from .common import fresh_database, record, server_dsn
-from .procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
-from .sched import cpu_s
+from bench.api import load
+from bench.common import fresh_database, record, server_dsn
+from bench.procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
+from bench.sched import cpu_s
+from hookrelay.outbox import ids
+from hookrelay.outbox.keys.at_rest import SecretBox
+from hookrelay.outbox.store import changes
+from hookrelay.outbox.tenants import create_tenant
 
 HOOK = "http://127.0.0.1:9/hook"
 SUBMIT = {"type": "bench", "callbackUrl": HOOK, "input": {"n": 1}}

@@ -8,13 +8,13 @@ executor can finish a task inside its own transaction::
         await save_result(conn, ...)
         await outbox.complete_task(conn, task_id, "succeeded", result=...)
 
-``outbox.sync`` has the same functions for sync psycopg and SQLAlchemy code.
+``hookrelay.outbox.sync`` has the same functions for sync psycopg and SQLAlchemy code.
 """
 
-from . import sync
-from .errors import OutboxError
-from .progress import report_progress
-from .transitions import cancel_task, complete_task, start_task, timeout_task
+from hookrelay.outbox import sync
+from hookrelay.outbox.errors import OutboxError
+from hookrelay.outbox.tasks.progress import report_progress
+from hookrelay.outbox.tasks.transitions import cancel_task, complete_task, start_task, timeout_task
 
 __all__ = [
     "OutboxError",

@@ -1,4 +1,4 @@
-"""The statements of ``queries.sql``, parsed once at import; private to ``outbox.store``.
+"""The statements of ``queries.sql``, parsed once at import; private to ``hookrelay.outbox.store``.
 
 A block starts at a ``-- name: <name>`` line; its leading comment lines are
 documentation and stay in the file, not in the statement. Blocks named

@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections import Counter, deque
 from dataclasses import dataclass
 
-from .scheduler import Lane
-from .signing import Signer
-from .store.delivery import ClaimedEvent
+from hookrelay.outbox.dispatch.scheduler import Lane
+from hookrelay.outbox.keys.signing import Signer
+from hookrelay.outbox.store.delivery import ClaimedEvent
 
 
 @dataclass(frozen=True, slots=True)

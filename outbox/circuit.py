@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from .models import CircuitState
-from .store import destinations as store
-from .store.destinations import Destination
+from hookrelay.outbox.models import CircuitState
+from hookrelay.outbox.store import destinations as store
+from hookrelay.outbox.store.destinations import Destination
 
 __all__ = ["BreakerPolicy", "CircuitState", "Destination", "destinations", "take_probes"]
 

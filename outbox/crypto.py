@@ -18,7 +18,7 @@ from pathlib import Path
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from .errors import ConfigurationError
+from hookrelay.outbox.errors import ConfigurationError
 
 VERSION = 1
 NONCE_BYTES = 12

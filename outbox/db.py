@@ -19,8 +19,8 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from .errors import DatabaseUnavailable
-from .migrate import migrate
+from hookrelay.outbox.errors import DatabaseUnavailable
+from hookrelay.outbox.store.migrate import migrate
 
 log = logging.getLogger("hookrelay.db")
 T = TypeVar("T")

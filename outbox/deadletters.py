@@ -9,12 +9,12 @@ from typing import Any
 
 import asyncpg
 
-from .errors import AlreadyReplayed, DeadLetterNotFound
-from .models import Attempt, EventId, iso
-from .requeue import put_back
-from .store import deadletters as store
-from .store import events
-from .store.deadletters import DeadLetter, DeadLetterFilter
+from hookrelay.outbox.errors import AlreadyReplayed, DeadLetterNotFound
+from hookrelay.outbox.models import Attempt, EventId, iso
+from hookrelay.outbox.ops.requeue import put_back
+from hookrelay.outbox.store import deadletters as store
+from hookrelay.outbox.store import events
+from hookrelay.outbox.store.deadletters import DeadLetter, DeadLetterFilter
 
 __all__ = [
     "DeadLetter",

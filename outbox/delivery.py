@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from .errors import BlockedDestination, InvalidCallbackUrl, TransportError
-from .http import Sender
-from .models import Outcome
-from .retry import RetryPolicy, parse_retry_after
-from .signing import Signer
-from .ssrf import AddressPolicy
-from .store.delivery import ClaimedEvent
+from hookrelay.outbox.dispatch.retry import RetryPolicy, parse_retry_after
+from hookrelay.outbox.egress.http import Sender
+from hookrelay.outbox.egress.ssrf import AddressPolicy
+from hookrelay.outbox.errors import BlockedDestination, InvalidCallbackUrl, TransportError
+from hookrelay.outbox.keys.signing import Signer
+from hookrelay.outbox.models import Outcome
+from hookrelay.outbox.store.delivery import ClaimedEvent
 
 __all__ = ["AttemptLimits", "AttemptResult", "ClaimedEvent", "attempt"]
 

@@ -21,21 +21,14 @@ from datetime import UTC, datetime
 
 import asyncpg
 
-from . import ids
-from .ahead import AheadQueues, Waiting
-from .circuit import BreakerPolicy, take_probes
-from .crypto import SecretBox
-from .db import TRANSIENT_ERRORS
-from .delivery import AttemptLimits, AttemptResult, attempt
-from .errors import LocalFault
-from .http import Sender
-from .keyring import Keyring
-from .listener import Listener
-from .localfaults import DEFER_S, FaultReporter
-from .masterkey import key_matches
-from .recorder import Recorder
-from .retry import RetryPolicy
-from .scheduler import (
+from hookrelay.outbox import ids
+from hookrelay.outbox.dispatch.attempt import AttemptLimits, AttemptResult, attempt
+from hookrelay.outbox.dispatch.circuit import BreakerPolicy, take_probes
+from hookrelay.outbox.dispatch.claim_ahead import AheadQueues, Waiting
+from hookrelay.outbox.dispatch.local_faults import DEFER_S, FaultReporter
+from hookrelay.outbox.dispatch.outcomes import Recorder
+from hookrelay.outbox.dispatch.retry import RetryPolicy
+from hookrelay.outbox.dispatch.scheduler import (
     ANSWERED_S,
     HOLD_S,
     Caps,
@@ -46,10 +39,17 @@ from .scheduler import (
     held_hosts,
     still_due,
 )
-from .signing import Signer
-from .ssrf import AddressPolicy
-from .store import OUTBOX_CHANNEL, delivery
-from .store.delivery import ClaimedEvent, DueLane
+from hookrelay.outbox.egress.http import Sender
+from hookrelay.outbox.egress.ssrf import AddressPolicy
+from hookrelay.outbox.errors import LocalFault
+from hookrelay.outbox.keys.at_rest import SecretBox
+from hookrelay.outbox.keys.keyring import Keyring
+from hookrelay.outbox.keys.master_key import key_matches
+from hookrelay.outbox.keys.signing import Signer
+from hookrelay.outbox.store import OUTBOX_CHANNEL, delivery
+from hookrelay.outbox.store.delivery import ClaimedEvent, DueLane
+from hookrelay.outbox.store.listener import Listener
+from hookrelay.outbox.store.pool import TRANSIENT_ERRORS
 
 log = logging.getLogger("hookrelay.dispatcher")
 # Why an event whose tenant's signing secret does not decrypt is dead-lettered:
@@ -130,7 +130,7 @@ class Dispatcher:
         self._next_probe_check = 0.0
         self._faults = FaultReporter(self.counters)
         self._lanes: list[DueLane] = []  # the last look at the due lanes, less what was taken
-        # Rows leased ahead of a free slot (outbox.ahead): up to AHEAD_CAPS times a
+        # Rows leased ahead of a free slot (hookrelay.outbox.dispatch.claim_ahead): up to AHEAD_CAPS times a
         # host's cap, as one burst of replies can free a whole cap's worth while the
         # next claim is out; each sent within half the lease's slack beyond one
         # attempt's deadline, so its attempt ends well inside its lease.
@@ -140,7 +140,7 @@ class Dispatcher:
         )
         self._delivered_on: set[Lane] = set()  # lanes that delivered since the last round
         # When each host last answered (time.monotonic()), for the reserve's host
-        # rule (outbox.scheduler); hosts silent for longer than ANSWERED_S drop out.
+        # rule (hookrelay.outbox.dispatch.scheduler); hosts silent for longer than ANSWERED_S drop out.
         self._answered: dict[str, float] = {}
         self._refill = False  # a lane's rows ahead ran low
 
@@ -423,7 +423,7 @@ class Dispatcher:
         return None
 
     async def _give_back(self, event: ClaimedEvent, fault: LocalFault) -> None:
-        """Our fault, not the receiver's: the row goes back unspent (``outbox.localfaults``)."""
+        """Our fault, not the receiver's: the row goes back unspent (``hookrelay.outbox.dispatch.local_faults``)."""
         self._faults.report(fault, event.event_id)
         try:
             async with self.pool.acquire() as conn:

@@ -27,7 +27,7 @@ import pycares
 from aiohttp.abc import AbstractResolver, ResolveResult
 from pycares import errno as ares
 
-from .errors import LocalFault, LocalFaultKind, LookupFailed
+from hookrelay.outbox.errors import LocalFault, LocalFaultKind, LookupFailed
 
 __all__ = ["DELIVERY_TIMEOUT_S", "SUBMIT_TIMEOUT_S", "AiohttpResolver", "Resolved", "Resolver"]
 

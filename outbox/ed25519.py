@@ -17,7 +17,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from .errors import ConfigurationError
+from hookrelay.outbox.errors import ConfigurationError
 
 PRIVATE_PREFIX = "whsk_"
 PUBLIC_PREFIX = "whpk_"

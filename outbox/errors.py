@@ -25,8 +25,8 @@ The tree::
     └── ConfigurationError         a bad key, secret or setting
 
 asyncpg errors that are business outcomes (a unique key taken) are mapped to
-these in ``outbox.store``, so callers never need to import asyncpg to handle
-one. service/errors.py maps each of them to one HTTP answer.
+these in ``hookrelay.outbox.store``, so callers never need to import asyncpg to handle
+one. service/api/errors.py maps each of them to one HTTP answer.
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ from urllib.parse import urlsplit
 
 import idna
 
-from .errors import InvalidCallbackUrl
-from .prefixes import classify, embedded_ipv4
+from hookrelay.outbox.egress.embedded_ipv4 import classify, embedded_ipv4
+from hookrelay.outbox.errors import InvalidCallbackUrl
 
 __all__ = ["DEFAULT_PORTS", "canonical_ip", "host_key"]
 
@@ -32,7 +32,7 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 def canonical_ip(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
     """The address a packet to ``addr`` ends up at, as canonical text.
 
-    The prefixes and their rules are the SSRF guard's table (``outbox.prefixes``).
+    The prefixes and their rules are the SSRF guard's table (``hookrelay.outbox.egress.embedded_ipv4``).
     For Teredo that is the client (the host behind the relay), stored inverted
     in the low 32 bits; ``::`` and ``::1`` are not IPv4-compatible forms. A
     local-use NAT64 address, whose layout is unknown, keys as itself.

@@ -8,9 +8,9 @@ request and header models; aiohttp alone removes that layer (BENCHMARKS.md).
 :class:`HttpxSender` wraps any ``httpx.AsyncClient``, so unit tests drive the
 delivery rules with respx.
 
-Both raise :class:`~outbox.errors.TransportError` for a failed exchange,
-:class:`~outbox.errors.BlockedDestination` when the SSRF guard refuses, and
-:class:`~outbox.errors.LocalFault` when the fault is ours (``outbox.localfaults``).
+Both raise :class:`~hookrelay.outbox.errors.TransportError` for a failed exchange,
+:class:`~hookrelay.outbox.errors.BlockedDestination` when the SSRF guard refuses, and
+:class:`~hookrelay.outbox.errors.LocalFault` when the fault is ours (``hookrelay.outbox.dispatch.local_faults``).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from typing import Protocol
 import aiohttp
 import httpx
 
-from .dns import DELIVERY_TIMEOUT_S, AiohttpResolver, Resolver
-from .errors import BlockedDestination, LocalFault, TransportError
-from .localfaults import as_local_fault
-from .ssrf import AddressPolicy, GuardedConnector, blocked_reason
+from hookrelay.outbox.dispatch.local_faults import as_local_fault
+from hookrelay.outbox.egress.dns import DELIVERY_TIMEOUT_S, AiohttpResolver, Resolver
+from hookrelay.outbox.egress.ssrf import AddressPolicy, GuardedConnector, blocked_reason
+from hookrelay.outbox.errors import BlockedDestination, LocalFault, TransportError
 
 USER_AGENT = "hookrelay/0.1 (+https://www.standardwebhooks.com)"
 

@@ -15,10 +15,10 @@ from datetime import UTC, datetime
 
 import asyncpg
 
-from .crypto import SecretBox
-from .errors import ConfigurationError
-from .signing import Signer
-from .signingkeys import ActiveSecrets, active_secrets
+from hookrelay.outbox.errors import ConfigurationError
+from hookrelay.outbox.keys.at_rest import SecretBox
+from hookrelay.outbox.keys.signing import Signer
+from hookrelay.outbox.keys.signing_keys import ActiveSecrets, active_secrets
 
 log = logging.getLogger("hookrelay.keyring")
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import asyncpg
 
-from .db import connect
+from hookrelay.outbox.store.pool import connect
 
 log = logging.getLogger("hookrelay.listener")
 RECONNECT_S = 1.0

@@ -16,8 +16,8 @@ from collections import Counter
 
 import aiohttp
 
-from .errors import LocalFault, LocalFaultKind
-from .metrics import LOCAL_FAULTS
+from hookrelay.outbox.errors import LocalFault, LocalFaultKind
+from hookrelay.outbox.metrics import LOCAL_FAULTS
 
 __all__ = ["DEFER_S", "FaultReporter", "as_local_fault"]
 

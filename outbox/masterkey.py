@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from .crypto import SecretBox
-from .errors import ConfigurationError
-from .store import masterkey as store
+from hookrelay.outbox.errors import ConfigurationError
+from hookrelay.outbox.keys.at_rest import SecretBox
+from hookrelay.outbox.store import masterkey as store
 
 # The sealed known value, and its associated data so no signing-secret blob
 # (sealed with a tenant id as AAD) can pass for it.

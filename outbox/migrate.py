@@ -1,10 +1,10 @@
-"""Numbered schema migrations: ``outbox/migrations/NNNN_name.sql``, applied in order, once.
+"""Numbered schema migrations: ``outbox/sql/migrations/NNNN_name.sql``, applied in order, once.
 
 Each migration runs in its own transaction under the schema advisory lock and
 records itself in ``schema_version`` in that same transaction, so concurrent
 ``migrate`` runs (or several processes starting at once) apply each file
 exactly once and a failed file leaves nothing half-applied. A migration may
-also have a Python step (``outbox.migration_steps``), run after its SQL in the
+also have a Python step (``hookrelay.outbox.store.migration_steps``), run after its SQL in the
 same transaction.
 """
 
@@ -18,8 +18,8 @@ from typing import Literal
 
 import asyncpg
 
-from .migration_steps import STEPS
-from .store import schema
+from hookrelay.outbox.store import schema
+from hookrelay.outbox.store.migration_steps import STEPS
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
@@ -74,7 +74,7 @@ async def migrate(conn: asyncpg.Connection, *, upto: int | None = None) -> list[
                 continue
             await conn.execute(migration.sql)
             step = STEPS.get(migration.name)
-            if step is not None:  # what SQL cannot do (outbox.migration_steps)
+            if step is not None:  # what SQL cannot do (hookrelay.outbox.store.migration_steps)
                 await step(conn)
             await schema.record_migration(conn, version=migration.version, name=migration.name)
             done.append(migration)

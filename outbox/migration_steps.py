@@ -1,6 +1,6 @@
 """Migration steps SQL cannot express, keyed by migration name (its number may change).
 
-``outbox.migrate`` runs a migration's step right after its SQL, in the same
+``hookrelay.outbox.store.migrate`` runs a migration's step right after its SQL, in the same
 transaction and under the same advisory lock, so a step is applied exactly
 once, together with its migration, or not at all.
 """
@@ -11,15 +11,15 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 
-from .errors import InvalidCallbackUrl
-from .hostkey import host_key
-from .store import hostkeys
+from hookrelay.outbox.dispatch.destinations import host_key
+from hookrelay.outbox.errors import InvalidCallbackUrl
+from hookrelay.outbox.store import hostkeys
 
 Step = Callable[[asyncpg.Connection], Awaitable[None]]
 
 
 async def rekey_hosts(conn: asyncpg.Connection) -> None:
-    """Rewrite stored host keys (``host[:port]`` spellings) to ``outbox.hostkey`` form.
+    """Rewrite stored host keys (``host[:port]`` spellings) to ``hookrelay.outbox.dispatch.destinations`` form.
 
     Keys are derived from the callback URLs of waiting and dead-lettered events;
     circuit state follows them, merged where spellings meet (the worst wins).

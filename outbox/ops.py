@@ -10,11 +10,11 @@ from typing import Any
 
 import asyncpg
 
-from .deadletters import replay_batch, replay_matching, replay_one
-from .models import iso
-from .store import console as store
-from .store.console import AuditEntry, EventView, MinuteCount, Overview
-from .store.deadletters import DeadLetterFilter
+from hookrelay.outbox.models import iso
+from hookrelay.outbox.ops.dead_letters import replay_batch, replay_matching, replay_one
+from hookrelay.outbox.store import console as store
+from hookrelay.outbox.store.console import AuditEntry, EventView, MinuteCount, Overview
+from hookrelay.outbox.store.deadletters import DeadLetterFilter
 
 NO_REASON = "(no reason given)"
 
@@ -54,7 +54,7 @@ async def bulk_replay(
     progress: Callable[[int], None] | None = None,
 ) -> int:
     """Replay every letter matching ``flt`` that had failed when the call began
-    (each at most once, :func:`outbox.deadletters.replay_matching`), audited."""
+    (each at most once, :func:`hookrelay.outbox.ops.dead_letters.replay_matching`), audited."""
     done = await replay_matching(conn, flt, by=actor, progress=progress)
     await store.audit(
         conn, actor=actor, action="bulk_replay", count=done, filter=_described(flt), reason=reason
@@ -65,7 +65,7 @@ async def bulk_replay(
 async def replay_audited(
     conn: asyncpg.Connection, event_id: str, *, actor: str, reason: str
 ) -> None:
-    """:func:`outbox.deadletters.replay_one`, audited; raises as it does."""
+    """:func:`hookrelay.outbox.ops.dead_letters.replay_one`, audited; raises as it does."""
     await replay_one(conn, event_id, by=actor)
     await store.audit(
         conn,

@@ -1,8 +1,8 @@
 """A task's state changes as plans: the SQL steps and the rules, written once.
 
-Each plan (``outbox.store.steps``) yields the statements it needs and decides
-from their rows; it never touches a connection, so ``outbox.transitions``
-(async: asyncpg, psycopg, SQLAlchemy) and ``outbox.sync`` run the same plans on
+Each plan (``hookrelay.outbox.store.steps``) yields the statements it needs and decides
+from their rows; it never touches a connection, so ``hookrelay.outbox.tasks.transitions``
+(async: asyncpg, psycopg, SQLAlchemy) and ``hookrelay.outbox.sync`` run the same plans on
 whatever connection the executor holds. A refusal (not found, not allowed) is
 raised from inside the plan, so the driver's savepoint rolls back with it.
 """
@@ -14,12 +14,20 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
-from . import ids
-from .errors import InvalidTransition, TaskNotFound
-from .hostkey import host_key
-from .models import LIVE_STATUSES, TERMINAL_STATUSES, EventId, Task, TaskStatus, TerminalStatus, iso
-from .store import events, tasks
-from .store.steps import Plan, Step
+from hookrelay.outbox import ids
+from hookrelay.outbox.dispatch.destinations import host_key
+from hookrelay.outbox.errors import InvalidTransition, TaskNotFound
+from hookrelay.outbox.models import (
+    LIVE_STATUSES,
+    TERMINAL_STATUSES,
+    EventId,
+    Task,
+    TaskStatus,
+    TerminalStatus,
+    iso,
+)
+from hookrelay.outbox.store import events, tasks
+from hookrelay.outbox.store.steps import Plan, Step
 
 __all__ = [
     "TimeoutReason",
@@ -33,7 +41,7 @@ __all__ = [
 
 
 def destination_host(url: str) -> str:
-    """The destination key of a callback URL (``outbox.hostkey``), the unit of per-host limits."""
+    """The destination key of a callback URL (``hookrelay.outbox.dispatch.destinations``), the unit of per-host limits."""
     return host_key(url)
 
 

@@ -1,11 +1,11 @@
 """Progress reports, which are also the executor's heartbeat.
 
 ``report_progress`` runs on the caller's connection (any driver
-``outbox.transitions`` takes), inside the executor's own transaction if it has
+``hookrelay.outbox.tasks.transitions`` takes), inside the executor's own transaction if it has
 one: the report, the new version and the wake-up of the task's watchers commit
 with the executor's work or not at all. A running task
 whose executor stops reporting for ``heartbeatTimeoutSeconds`` is timed out by
-the sweeper (``outbox.sweeper``), as when a killed process never reaches its
+the sweeper (``hookrelay.outbox.tasks.timeouts``), as when a killed process never reaches its
 ``finally``.
 """
 
@@ -14,14 +14,14 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from .errors import InvalidTransition, ProgressBackwards, TaskNotFound
-from .models import Task
-from .store import tasks
-from .store.drivers import run
-from .store.steps import Plan
+from hookrelay.outbox.errors import InvalidTransition, ProgressBackwards, TaskNotFound
+from hookrelay.outbox.models import Task
+from hookrelay.outbox.store import tasks
+from hookrelay.outbox.store.drivers import run
+from hookrelay.outbox.store.steps import Plan
 
 if TYPE_CHECKING:
-    from .transitions import Connection
+    from hookrelay.outbox.tasks.transitions import Connection
 
 MAX_MESSAGE = 1000
 

@@ -1,7 +1,7 @@
 -- Every SQL statement hookrelay runs, named and commented, $n placeholders only.
 -- Each block starts with `-- name: <name>`; the comment lines after it say why.
 -- Blocks named `_...` are fragments, spliced into others as {{_name}}.
--- Loaded once by outbox/_queries.py; only outbox.store runs them.
+-- Loaded once by outbox/sql.py; only hookrelay.outbox.store runs them.
 
 -- name: apply_schema_lock
 -- Serialises concurrent `migrate` runs; IF NOT EXISTS alone races on catalogs.
@@ -227,7 +227,7 @@ SELECT body FROM events WHERE event_id = $1;
 
 -- name: notify
 -- Delivered at commit, so a dispatcher never wakes for an uncommitted row.
--- $2 and $3: the outbox and task channels (named once, in outbox.store).
+-- $2 and $3: the outbox and task channels (named once, in hookrelay.outbox.store).
 SELECT pg_notify($2, ''), pg_notify($3, $1);
 
 -- name: notify_outbox
@@ -288,9 +288,9 @@ SELECT l.host, l.tenant_id, d.oldest, d.n, COALESCE(dest.state, 'closed') AS sta
 -- name: claim_lanes
 -- Scheduler, step 2: lease, in each lane ($1 hosts, $2 tenants, $3 counts), at
 -- most its count of due rows, oldest first, for $4 seconds under token $6,
--- owner $5. The counts are the lanes' free slots (outbox/scheduler.py), plus for
+-- owner $5. The counts are the lanes' free slots (outbox/dispatch/scheduler.py), plus for
 -- a busy lane alone on its host a few rows to start as its slots free
--- (outbox/ahead.py): nothing is leased to be given back.
+-- (outbox/dispatch/claim_ahead.py): nothing is leased to be given back.
 -- FOR UPDATE SKIP LOCKED (inside each lane's window): concurrent dispatchers
 -- each take disjoint rows at once instead of queueing on each other's row
 -- locks; the lease, not the row lock, holds the claim after this short
@@ -648,8 +648,8 @@ SELECT event_id, number, attempted_at, duration_ms, outcome, status_code, error,
  ORDER BY number;
 
 -- name: _error_class
--- How an operator sorts a failure (outbox.models.ErrorClass), from the stored
--- status code and error text; the texts are those outbox.delivery writes.
+-- How an operator sorts a failure (hookrelay.outbox.models.ErrorClass), from the stored
+-- status code and error text; the texts are those hookrelay.outbox.dispatch.attempt writes.
 (CASE
    WHEN last_status_code BETWEEN 400 AND 499 THEN 'http_4xx'
    WHEN last_status_code BETWEEN 500 AND 599 THEN 'http_5xx'

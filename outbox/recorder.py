@@ -16,11 +16,11 @@ from itertools import groupby
 
 import asyncpg
 
-from .circuit import BreakerPolicy
-from .db import TRANSIENT_ERRORS
-from .delivery import AttemptResult
-from .metrics import ATTEMPT_SECONDS, DELIVERIES
-from .store.delivery import OutcomeRow, record_outcomes
+from hookrelay.outbox.dispatch.attempt import AttemptResult
+from hookrelay.outbox.dispatch.circuit import BreakerPolicy
+from hookrelay.outbox.metrics import ATTEMPT_SECONDS, DELIVERIES
+from hookrelay.outbox.store.delivery import OutcomeRow, record_outcomes
+from hookrelay.outbox.store.pool import TRANSIENT_ERRORS
 
 log = logging.getLogger("hookrelay.dispatcher")
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncpg
 
-from .errors import AlreadyPending, NotTerminal, TaskNotFound
-from .models import Attempt, Task
-from .requeue import OutboxEvent, put_back
-from .store import events, tasks
-from .transitions import destination_host, event_body
+from hookrelay.outbox.errors import AlreadyPending, NotTerminal, TaskNotFound
+from hookrelay.outbox.models import Attempt, Task
+from hookrelay.outbox.ops.requeue import OutboxEvent, put_back
+from hookrelay.outbox.store import events, tasks
+from hookrelay.outbox.tasks.transitions import destination_host, event_body
 
 __all__ = ["AlreadyPending", "attempts", "redeliver"]
 

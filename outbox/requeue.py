@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 import asyncpg
 
-from .models import EventId
-from .store import events
-from .store.events import OutboxEvent
+from hookrelay.outbox.models import EventId
+from hookrelay.outbox.store import events
+from hookrelay.outbox.store.events import OutboxEvent
 
 __all__ = ["OutboxEvent", "put_back"]
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
-from .store import retention as store
+from hookrelay.outbox.store import retention as store
 
 BATCH = 1000
 Purge = Callable[..., Awaitable[int]]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
-from .errors import ConfigurationError
+from hookrelay.outbox.errors import ConfigurationError
 
 # Digits with an optional fraction; float() alone would also take "1e3", "1_0", "inf".
 _DELTA_SECONDS = re.compile(r"\d+(?:\.\d+)?", re.ASCII)

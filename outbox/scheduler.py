@@ -6,7 +6,7 @@ the lanes that have due rows (``store.delivery.due_lanes``), hands out slots
 here, and leases at most that many rows per lane (``claim_lanes``). A claim
 takes only what can start: nothing is leased to be given back. A busy lane
 whose freed slots nobody else could take also leases a few rows ahead
-(:func:`ahead`, ``outbox.ahead``); they only ever take that lane's own freed
+(:func:`ahead`, ``hookrelay.outbox.dispatch.claim_ahead``); they only ever take that lane's own freed
 slots, so none of the rules below changes.
 
 The rules of one round, over the lanes with due rows whose circuit is closed:
@@ -57,7 +57,7 @@ from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from .store.delivery import ClaimedEvent, DueLane
+from hookrelay.outbox.store.delivery import ClaimedEvent, DueLane
 
 Lane = tuple[str, str]  # (host, tenant_id)
 K = TypeVar("K")
@@ -186,7 +186,7 @@ def ahead(
     flowing: Set[Lane],
     depth: int,
 ) -> dict[Lane, int]:
-    """Rows to lease ahead of a free slot for each lane (``outbox.ahead``).
+    """Rows to lease ahead of a free slot for each lane (``hookrelay.outbox.dispatch.claim_ahead``).
 
     Only for a lane whose freed slots no other lane could take: the only lane
     with due rows on its host, that host full after this round's grants, its

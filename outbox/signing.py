@@ -6,7 +6,7 @@ rotation the header carries one signature per active secret, space-separated,
 and a receiver accepts the message if any of them matches.
 
 A tenant may also (or instead) sign with Ed25519 keys, the specification's
-asymmetric ``v1a`` scheme (:mod:`outbox.ed25519`); a :class:`Signer` then puts
+asymmetric ``v1a`` scheme (:mod:`hookrelay.outbox.keys.ed25519`); a :class:`Signer` then puts
 those signatures in the same header, after the ``v1`` ones.
 """
 
@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from . import ed25519
-from .errors import ConfigurationError, SignatureError
+from hookrelay.outbox.errors import ConfigurationError, SignatureError
+from hookrelay.outbox.keys import ed25519
 
 SECRET_PREFIX = "whsec_"
 SIGNATURE_VERSION = "v1"

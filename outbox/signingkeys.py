@@ -13,13 +13,13 @@ from datetime import datetime
 
 import asyncpg
 
-from .crypto import SecretBox
-from .ed25519 import generate_keypair
-from .errors import TenantNotFound
-from .models import SignatureScheme
-from .signing import generate_secret
-from .store import tenants as store
-from .store.tenants import SigningKeyRow
+from hookrelay.outbox.errors import TenantNotFound
+from hookrelay.outbox.keys.at_rest import SecretBox
+from hookrelay.outbox.keys.ed25519 import generate_keypair
+from hookrelay.outbox.keys.signing import generate_secret
+from hookrelay.outbox.models import SignatureScheme
+from hookrelay.outbox.store import tenants as store
+from hookrelay.outbox.store.tenants import SigningKeyRow
 
 __all__ = [
     "ActiveSecrets",

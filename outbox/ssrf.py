@@ -2,7 +2,7 @@
 
 Addresses are matched against an explicit list (``ipaddress``'s ``is_private`` flags
 miss several ranges), after unwrapping any IPv4 address embedded in an IPv6 one by
-the rules of ``outbox.prefixes``.
+the rules of ``hookrelay.outbox.egress.embedded_ipv4``.
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ import aiohttp
 import idna
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from outbox.dns import AiohttpResolver, Resolver
-from outbox.errors import (
+from hookrelay.outbox.dispatch.destinations import DEFAULT_PORTS
+from hookrelay.outbox.egress.dns import AiohttpResolver, Resolver
+from hookrelay.outbox.egress.embedded_ipv4 import classify, embedded_ipv4
+from hookrelay.outbox.errors import (
     BlockedDestination,
     ConfigurationError,
     InvalidCallbackUrl,
     PlainHttpRefused,
 )
-from outbox.hostkey import DEFAULT_PORTS
-from outbox.prefixes import classify, embedded_ipv4
 
 if TYPE_CHECKING:
     from aiohttp.tracing import Trace

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from .db import TRANSIENT_ERRORS
-from .retention import purge
-from .store import changes, tasks
-from .transitions import timeout_task
+from hookrelay.outbox.ops.retention import purge
+from hookrelay.outbox.store import changes, tasks
+from hookrelay.outbox.store.pool import TRANSIENT_ERRORS
+from hookrelay.outbox.tasks.transitions import timeout_task
 
 log = logging.getLogger("hookrelay.sweeper")
 BATCH = 500

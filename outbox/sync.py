@@ -7,21 +7,26 @@ open, so the change commits with the caller's own work or not at all::
 
     with conn.transaction():                  # psycopg
         save_result(conn, ...)
-        outbox.sync.complete_task(conn, task_id, "succeeded", result=...)
+        hookrelay.outbox.sync.complete_task(conn, task_id, "succeeded", result=...)
 
     with Session(engine) as session, session.begin():      # SQLAlchemy
         session.add(Invoice(...))
-        outbox.sync.complete_task(session, task_id, "succeeded", result=...)
+        hookrelay.outbox.sync.complete_task(session, task_id, "succeeded", result=...)
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from .models import Task, TerminalStatus
-from .plans import TimeoutReason, complete_plan, start_plan, timeout_plan
-from .progress import progress_plan
-from .store.drivers import run_sync
+from hookrelay.outbox.models import Task, TerminalStatus
+from hookrelay.outbox.store.drivers import run_sync
+from hookrelay.outbox.tasks.progress import progress_plan
+from hookrelay.outbox.tasks.state_changes import (
+    TimeoutReason,
+    complete_plan,
+    start_plan,
+    timeout_plan,
+)
 
 if TYPE_CHECKING:
     import psycopg

@@ -8,10 +8,10 @@ from typing import Any
 
 import asyncpg
 
-from . import ids
-from .errors import IdempotencyInFlight, IdempotencyKeyReused
-from .models import Task, TaskId
-from .store import tasks as store
+from hookrelay.outbox import ids
+from hookrelay.outbox.errors import IdempotencyInFlight, IdempotencyKeyReused
+from hookrelay.outbox.models import Task, TaskId
+from hookrelay.outbox.store import tasks as store
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """Tenants: API keys (stored hashed), and the signing keys they start with.
 
-The signing keys themselves (issue, rotate, read) are :mod:`outbox.signingkeys`;
+The signing keys themselves (issue, rotate, read) are :mod:`hookrelay.outbox.keys.signing_keys`;
 their names are re-exported here, where callers have always found them.
 """
 
@@ -14,11 +14,10 @@ from typing import Any
 
 import asyncpg
 
-from . import ids
-from .crypto import SecretBox
-from .errors import TenantNotFound
-from .models import SignatureScheme, TenantId
-from .signingkeys import (
+from hookrelay.outbox import ids
+from hookrelay.outbox.errors import TenantNotFound
+from hookrelay.outbox.keys.at_rest import SecretBox
+from hookrelay.outbox.keys.signing_keys import (
     ActiveSecrets,
     NewKeys,
     SigningKeyRow,
@@ -27,7 +26,8 @@ from .signingkeys import (
     rotate_secret,
     signing_keys,
 )
-from .store import tenants as store
+from hookrelay.outbox.models import SignatureScheme, TenantId
+from hookrelay.outbox.store import tenants as store
 
 __all__ = [
     "ActiveSecrets",

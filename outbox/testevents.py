@@ -15,11 +15,11 @@ from typing import Any
 
 import asyncpg
 
-from . import ids
-from .errors import TestEventNotFound
-from .models import Attempt, EventId, TestEventStatus, iso
-from .store import events
-from .transitions import destination_host
+from hookrelay.outbox import ids
+from hookrelay.outbox.errors import TestEventNotFound
+from hookrelay.outbox.models import Attempt, EventId, TestEventStatus, iso
+from hookrelay.outbox.store import events
+from hookrelay.outbox.tasks.transitions import destination_host
 
 __all__ = ["PING", "TestEvent", "get_test_event", "send_test_event"]
 

@@ -4,9 +4,9 @@ Every function takes the caller's connection and runs inside a transaction on
 it (a savepoint if the caller already opened one), so the status change, the
 outbox row and the NOTIFY commit together with the caller's own work or not at
 all. The connection may be asyncpg's, psycopg 3's ``AsyncConnection`` or a
-SQLAlchemy ``AsyncConnection``/``AsyncSession`` (``outbox.sync`` has the same
+SQLAlchemy ``AsyncConnection``/``AsyncSession`` (``hookrelay.outbox.sync`` has the same
 functions for sync connections). Each change is written once, as a plan
-(``outbox.plans``) that the store's drivers run on any of them.
+(``hookrelay.outbox.tasks.state_changes``) that the store's drivers run on any of them.
 
 ``notify=False`` leaves the NOTIFY out. Notifying commits queue on one lock
 across the whole PostgreSQL cluster, so a caller committing many changes a
@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from .models import TERMINAL_STATUSES, Task, TerminalStatus
-from .plans import (
+from hookrelay.outbox.models import TERMINAL_STATUSES, Task, TerminalStatus
+from hookrelay.outbox.store.drivers import run
+from hookrelay.outbox.tasks.state_changes import (
     TimeoutReason,
     complete_plan,
     destination_host,
@@ -28,7 +29,6 @@ from .plans import (
     start_plan,
     timeout_plan,
 )
-from .store.drivers import run
 
 if TYPE_CHECKING:
     import asyncpg

@@ -11,15 +11,14 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Route
 
-from outbox.db import create_pool
-from outbox.dns import Resolver
-
-from . import console, openapi
-from .auth import KeyCache, revocations
-from .console.security import SignInThrottle
-from .errors import HANDLERS
-from .guard import GuardMiddleware
-from .routes import (
+from hookrelay.outbox.egress.dns import Resolver
+from hookrelay.outbox.store.pool import create_pool
+from hookrelay.service import console
+from hookrelay.service.api import openapi
+from hookrelay.service.api.auth import KeyCache, revocations
+from hookrelay.service.api.errors import HANDLERS
+from hookrelay.service.api.request_guard import GuardMiddleware
+from hookrelay.service.api.routes import (
     admin,
     deadletters,
     destinations,
@@ -32,10 +31,11 @@ from .routes import (
     testevents,
     ws,
 )
-from .runtime import Runtime
-from .signals import Signals
-from .streams import StreamHub
-from .watcher import TaskWatcher
+from hookrelay.service.console.security import SignInThrottle
+from hookrelay.service.live import StreamHub
+from hookrelay.service.live.long_poll import TaskWatcher
+from hookrelay.service.live.wakeups import Signals
+from hookrelay.service.server.prerequisites import Runtime
 
 log = logging.getLogger("hookrelay.api")
 

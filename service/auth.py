@@ -9,11 +9,10 @@ from dataclasses import dataclass
 
 from starlette.requests import HTTPConnection, Request
 
-from outbox.listener import Listener
-from outbox.store import KEYS_CHANNEL
-from outbox.tenants import authenticate, hash_api_key
-
-from .errors import Forbidden, Unauthorized
+from hookrelay.outbox.store import KEYS_CHANNEL
+from hookrelay.outbox.store.listener import Listener
+from hookrelay.outbox.tenants import authenticate, hash_api_key
+from hookrelay.service.api.errors import Forbidden, Unauthorized
 
 
 @dataclass(frozen=True, slots=True)

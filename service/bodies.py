@@ -7,8 +7,8 @@ from typing import Any
 
 from starlette.requests import Request
 
-from .errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
-from .guard import check_json, finite_float
+from hookrelay.service.api.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
+from hookrelay.service.api.request_guard import check_json, finite_float
 
 
 def _reject_constant(name: str) -> Any:

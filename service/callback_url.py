@@ -5,11 +5,15 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from outbox.dns import Resolver
-from outbox.errors import BlockedDestination, InvalidCallbackUrl, LookupFailed, PlainHttpRefused
-from outbox.ssrf import AddressPolicy, guard_target
-
-from .errors import Unprocessable
+from hookrelay.outbox.egress.dns import Resolver
+from hookrelay.outbox.egress.ssrf import AddressPolicy, guard_target
+from hookrelay.outbox.errors import (
+    BlockedDestination,
+    InvalidCallbackUrl,
+    LookupFailed,
+    PlainHttpRefused,
+)
+from hookrelay.service.api.errors import Unprocessable
 
 
 async def check_callback_url(url: Any, policy: AddressPolicy, resolver: Resolver) -> str:

@@ -12,13 +12,18 @@ from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, NoReturn
 
-from outbox.db import create_pool
-
-from . import commands, database_cli, deadletters_cli, failures, listen, logs, serving, tenants_cli
-from .runtime import Runtime, absolute, open_dsn, prepare
-from .settings import Settings
-from .startup import open_database
-from .terminal import fail, one_line
+from hookrelay.outbox.store.pool import create_pool
+from hookrelay.service.cli import database as database_cli
+from hookrelay.service.cli import dead_letters as deadletters_cli
+from hookrelay.service.cli import failures, listen
+from hookrelay.service.cli import tenants as tenants_cli
+from hookrelay.service.cli.tty_text import fail, one_line
+from hookrelay.service.server import event_loop as serving
+from hookrelay.service.server import logs
+from hookrelay.service.server import processes as commands
+from hookrelay.service.server.open_database import open_database
+from hookrelay.service.server.prerequisites import Runtime, absolute, open_dsn, prepare
+from hookrelay.service.server.settings import Settings
 
 log = logging.getLogger("hookrelay")
 SERVICES = frozenset({"serve", "api", "dispatch"})

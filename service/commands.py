@@ -10,17 +10,21 @@ import logging
 
 from starlette.applications import Starlette
 
-from outbox.db import create_pool
-from outbox.sweeper import sweeping
-
-from . import lifecycle, serving
-from .app import create_app
-from .lifecycle import Stopped, Stopping
-from .runtime import Runtime, prepare
-from .settings import Settings
-from .startup import open_database
-from .terminal import printable
-from .workers import dispatcher_background, make_dispatcher, sweeper_background
+from hookrelay.outbox.store.pool import create_pool
+from hookrelay.outbox.tasks.timeouts import sweeping
+from hookrelay.service.api.app import create_app
+from hookrelay.service.cli.tty_text import printable
+from hookrelay.service.server import event_loop as serving
+from hookrelay.service.server import lifecycle
+from hookrelay.service.server.background import (
+    dispatcher_background,
+    make_dispatcher,
+    sweeper_background,
+)
+from hookrelay.service.server.lifecycle import Stopped, Stopping
+from hookrelay.service.server.open_database import open_database
+from hookrelay.service.server.prerequisites import Runtime, prepare
+from hookrelay.service.server.settings import Settings
 
 log = logging.getLogger("hookrelay")
 

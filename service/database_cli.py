@@ -8,14 +8,13 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from outbox.crypto import HOW_TO_GENERATE, KEY_FILE, SecretBox, parse_master_key
-from outbox.db import create_pool
-from outbox.errors import ConfigurationError
-from outbox.masterkey import rotate
-from outbox.migrate import status
-
-from .runtime import Runtime
-from .startup import open_database
+from hookrelay.outbox.errors import ConfigurationError
+from hookrelay.outbox.keys.at_rest import HOW_TO_GENERATE, KEY_FILE, SecretBox, parse_master_key
+from hookrelay.outbox.keys.master_key import rotate
+from hookrelay.outbox.store.migrate import status
+from hookrelay.outbox.store.pool import create_pool
+from hookrelay.service.server.open_database import open_database
+from hookrelay.service.server.prerequisites import Runtime
 
 NEW_KEY_VAR = "HOOKRELAY_NEW_MASTER_KEY"
 

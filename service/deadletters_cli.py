@@ -9,19 +9,18 @@ from typing import Any
 
 import asyncpg
 
-from outbox.deadletters import (
+from hookrelay.outbox.errors import OutboxError
+from hookrelay.outbox.models import iso
+from hookrelay.outbox.ops.audit import NO_REASON, bulk_replay, replay_audited
+from hookrelay.outbox.ops.dead_letters import (
     DeadLetter,
     DeadLetterFilter,
     get_dead_letter,
     list_dead_letters,
     to_resource,
 )
-from outbox.errors import OutboxError
-from outbox.models import iso
-from outbox.ops import NO_REASON, bulk_replay, replay_audited
-
-from .terminal import printable
-from .validation import timestamp
+from hookrelay.service.api.validation import timestamp
+from hookrelay.service.cli.tty_text import printable
 
 PAGE = 1000
 

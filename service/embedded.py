@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from outbox.errors import DatabaseUnavailable
-
-from . import recovery
+from hookrelay.outbox.errors import DatabaseUnavailable
+from hookrelay.service.server import embedded_recovery as recovery
 
 log = logging.getLogger("hookrelay.embedded")
 LOG_FILE = "embedded-postgres.log"

@@ -29,8 +29,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from outbox.db import TRANSIENT_ERRORS
-from outbox.errors import (
+from hookrelay.outbox.errors import (
     AlreadyPending,
     AlreadyReplayed,
     DatabaseUnavailable,
@@ -46,6 +45,7 @@ from outbox.errors import (
     TenantNotFound,
     TestEventNotFound,
 )
+from hookrelay.outbox.store.pool import TRANSIENT_ERRORS
 
 log = logging.getLogger("hookrelay.api")
 

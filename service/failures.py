@@ -4,17 +4,16 @@
 credentials, a busy port, a missing data directory); 1 is anything else (the
 database unreachable, a dead letter not found). No traceback reaches the
 terminal unless ``-v`` asked for it, and no secret does: DSN passwords and the
-configured token and key are masked by :func:`service.terminal.one_line`.
+configured token and key are masked by :func:`hookrelay.service.cli.tty_text.one_line`.
 """
 
 from __future__ import annotations
 
 import asyncpg
 
-from outbox.errors import ConfigurationError, DatabaseUnavailable, OutboxError
-
-from .errors import ApiError
-from .settings import SettingsError
+from hookrelay.outbox.errors import ConfigurationError, DatabaseUnavailable, OutboxError
+from hookrelay.service.api.errors import ApiError
+from hookrelay.service.server.settings import SettingsError
 
 CONFIG = 2
 FAILURE = 1

@@ -18,7 +18,7 @@ from urllib.parse import unquote_to_bytes
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .errors import BadRequest, Unprocessable, error_response
+from hookrelay.service.api.errors import BadRequest, Unprocessable, error_response
 
 MAX_DEPTH = 32
 _INT = re.compile(r"[0-9]{1,18}")
@@ -106,7 +106,7 @@ def timestamp(name: str, raw: str) -> datetime:
 
 # What the headers may add up to: h11's own default limit, and what nginx allows in
 # 2 x 8 kB. uvicorn's httptools parser accepts headers of any size; hookrelay's
-# protocol (service/protocol.py) refuses more while reading, and this cap holds the
+# protocol (service/server/http_protocol.py) refuses more while reading, and this cap holds the
 # app to it under any other server too.
 MAX_HEADER_BYTES = 16_384
 

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import uvicorn
 
-from outbox.errors import ConfigurationError
+from hookrelay.outbox.errors import ConfigurationError
 
 log = logging.getLogger("hookrelay")
 SIGNALS = (signal.SIGTERM, signal.SIGINT)

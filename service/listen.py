@@ -20,9 +20,8 @@ from typing import Any
 import httpx
 from aiohttp import web
 
-from outbox.errors import OutboxError
-
-from .listen_verify import Verdict, verifier_from_args
+from hookrelay.outbox.errors import OutboxError
+from hookrelay.service.cli.listen_verify import Verdict, verifier_from_args
 
 # Headers a receiver needs to verify again; hop-by-hop ones are not passed on.
 FORWARDED_HEADERS = ("content-type", "webhook-id", "webhook-timestamp", "webhook-signature")

@@ -11,8 +11,8 @@ import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from outbox import ed25519, signing
-from outbox.errors import SignatureError
+from hookrelay.outbox.errors import SignatureError
+from hookrelay.outbox.keys import ed25519, signing
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,9 @@ from datetime import datetime
 
 import asyncpg
 
-from outbox.models import Task
-from outbox.tasks import Cursor, list_tasks
-
-from .errors import BadRequest
+from hookrelay.outbox.models import Task
+from hookrelay.outbox.tasks.submit import Cursor, list_tasks
+from hookrelay.service.api.errors import BadRequest
 
 CHUNK_ROWS = 20
 # Every top-level field of the task resource; id and updatedAt always come back,

@@ -8,7 +8,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from outbox.models import (
+from hookrelay.outbox.models import (
     CircuitState,
     DeliveryStatus,
     KeyScheme,
@@ -240,7 +240,7 @@ def _op(
     responses = {str(ok[0]): _json(ok[1])}
     if links:
         responses[str(ok[0])]["links"] = links
-    # 400 on every route: the parsing layer (service/guard.py) answers before routing.
+    # 400 on every route: the parsing layer (service/api/request_guard.py) answers before routing.
     for code in sorted({400, *errors}):
         responses[str(code)] = _json({"$ref": "#/components/schemas/Error"}, "Error")
     op: Schema = {"summary": summary, "responses": responses}

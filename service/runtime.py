@@ -14,12 +14,16 @@ import secrets
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from outbox.crypto import KEY_FILE, SecretBox, load_or_create_master_key, parse_master_key
-from outbox.errors import ConfigurationError
-
-from . import embedded
-from .embedded import Embedded
-from .settings import Settings
+from hookrelay.outbox.errors import ConfigurationError
+from hookrelay.outbox.keys.at_rest import (
+    KEY_FILE,
+    SecretBox,
+    load_or_create_master_key,
+    parse_master_key,
+)
+from hookrelay.service.server import embedded
+from hookrelay.service.server.embedded import Embedded
+from hookrelay.service.server.settings import Settings
 
 log = logging.getLogger("hookrelay")
 ADMIN_TOKEN_FILE = "admin-token"

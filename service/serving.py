@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 import uvicorn
 
-from .guard import MAX_HEADER_BYTES
-from .protocol import protocol_class
+from hookrelay.service.api.request_guard import MAX_HEADER_BYTES
+from hookrelay.service.server.http_protocol import protocol_class
 
 T = TypeVar("T")
 log = logging.getLogger("hookrelay")
@@ -25,7 +25,7 @@ log = logging.getLogger("hookrelay")
 
 @dataclass(frozen=True, slots=True)
 class ConnectionLimits:
-    """Read deadlines and caps of the HTTP server (``service/protocol.py``)."""
+    """Read deadlines and caps of the HTTP server (``service/server/http_protocol.py``)."""
 
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0

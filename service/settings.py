@@ -10,15 +10,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from outbox import dns
-from outbox.circuit import BreakerPolicy
-from outbox.crypto import parse_master_key
-from outbox.delivery import AttemptLimits
-from outbox.dispatcher import DispatcherConfig
-from outbox.errors import ConfigurationError
-from outbox.retry import RetryPolicy
-from outbox.ssrf import AddressPolicy
-from outbox.sweeper import Retention
+from hookrelay.outbox.dispatch.attempt import AttemptLimits
+from hookrelay.outbox.dispatch.circuit import BreakerPolicy
+from hookrelay.outbox.dispatch.dispatcher import DispatcherConfig
+from hookrelay.outbox.dispatch.retry import RetryPolicy
+from hookrelay.outbox.egress import dns
+from hookrelay.outbox.egress.ssrf import AddressPolicy
+from hookrelay.outbox.errors import ConfigurationError
+from hookrelay.outbox.keys.at_rest import parse_master_key
+from hookrelay.outbox.tasks.timeouts import Retention
 
 # The numeric settings: int or float, and comparable with 0.
 N = TypeVar("N", int, float)

@@ -24,11 +24,10 @@ from collections.abc import Callable
 
 import asyncpg
 
-from outbox.store import events
-
-from .coalesce import Coalesced
-from .streams import StreamHub
-from .watcher import TaskWatcher
+from hookrelay.outbox.store import events
+from hookrelay.service.live import StreamHub
+from hookrelay.service.live.coalesce import Coalesced
+from hookrelay.service.live.long_poll import TaskWatcher
 
 log = logging.getLogger("hookrelay.signals")
 

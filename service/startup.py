@@ -10,13 +10,12 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from outbox.crypto import KEY_FILE, key_id, parse_master_key
-from outbox.db import create_pool
-from outbox.errors import ConfigurationError
-from outbox.masterkey import MasterKeyMismatch, verify_or_record
-from outbox.migrate import migrate
-
-from .runtime import Runtime
+from hookrelay.outbox.errors import ConfigurationError
+from hookrelay.outbox.keys.at_rest import KEY_FILE, key_id, parse_master_key
+from hookrelay.outbox.keys.master_key import MasterKeyMismatch, verify_or_record
+from hookrelay.outbox.store.migrate import migrate
+from hookrelay.outbox.store.pool import create_pool
+from hookrelay.service.server.prerequisites import Runtime
 
 log = logging.getLogger("hookrelay")
 

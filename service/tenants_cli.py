@@ -8,11 +8,10 @@ from typing import Any, get_args
 
 import asyncpg
 
-from outbox.models import SignatureScheme, iso
-from outbox.tenants import create_tenant, list_tenants, rotate_api_key
-
-from .runtime import Runtime
-from .terminal import printable
+from hookrelay.outbox.models import SignatureScheme, iso
+from hookrelay.outbox.tenants import create_tenant, list_tenants, rotate_api_key
+from hookrelay.service.cli.tty_text import printable
+from hookrelay.service.server.prerequisites import Runtime
 
 PAGE = 1000
 

@@ -10,15 +10,14 @@ import re
 from datetime import datetime
 from typing import Any
 
-from outbox.dns import Resolver
-from outbox.progress import check_progress
-from outbox.ssrf import AddressPolicy
-from outbox.tasks import Cursor, NewTask
-from outbox.transitions import TERMINAL_STATUSES, TerminalStatus
-
-from . import guard
-from .callback_url import check_callback_url
-from .errors import BadRequest, Unprocessable
+from hookrelay.outbox.egress.dns import Resolver
+from hookrelay.outbox.egress.ssrf import AddressPolicy
+from hookrelay.outbox.tasks.progress import check_progress
+from hookrelay.outbox.tasks.submit import Cursor, NewTask
+from hookrelay.outbox.tasks.transitions import TERMINAL_STATUSES, TerminalStatus
+from hookrelay.service.api import request_guard as guard
+from hookrelay.service.api.callback_url import check_callback_url
+from hookrelay.service.api.errors import BadRequest, Unprocessable
 
 # Matched with fullmatch: "$" would let a trailing newline through.
 TYPE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,99}")

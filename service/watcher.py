@@ -15,8 +15,8 @@ import contextlib
 from collections import defaultdict
 from collections.abc import Iterator
 
-from outbox.listener import Listener
-from outbox.store import CHANGES_CHANNEL, TASKS_CHANNEL, changes
+from hookrelay.outbox.store import CHANGES_CHANNEL, TASKS_CHANNEL, changes
+from hookrelay.outbox.store.listener import Listener
 
 
 class TaskWatcher:

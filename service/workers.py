@@ -19,15 +19,14 @@ from collections.abc import AsyncIterator, Callable
 
 import asyncpg
 
-from outbox.db import create_pool
-from outbox.delivery import AttemptLimits
-from outbox.dispatcher import Dispatcher, DispatcherConfig
-from outbox.http import build_sender
-from outbox.sweeper import sweeping
-
-from . import serving
-from .runtime import Runtime
-from .signals import Signals
+from hookrelay.outbox.dispatch.attempt import AttemptLimits
+from hookrelay.outbox.dispatch.dispatcher import Dispatcher, DispatcherConfig
+from hookrelay.outbox.egress.http import build_sender
+from hookrelay.outbox.store.pool import create_pool
+from hookrelay.outbox.tasks.timeouts import sweeping
+from hookrelay.service.live.wakeups import Signals
+from hookrelay.service.server import event_loop as serving
+from hookrelay.service.server.prerequisites import Runtime
 
 
 def dispatcher_config(runtime: Runtime) -> DispatcherConfig:
@@ -99,7 +98,7 @@ class _DispatcherThread(threading.Thread):
 def dispatcher_background(
     runtime: Runtime,
 ) -> Callable[[asyncpg.Pool, Signals], contextlib.AbstractAsyncContextManager[Dispatcher]]:
-    """A ``Background`` for :func:`service.app.create_app`: the dispatcher on a
+    """A ``Background`` for :func:`hookrelay.service.api.app.create_app`: the dispatcher on a
     loop and a pool of its own (the API's pool is not used), woken directly by
     the API's commits of new events."""
 

@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import BadRequest, Unprocessable
-from .guard import check_json, finite_float
+from hookrelay.service.api.errors import BadRequest, Unprocessable
+from hookrelay.service.api.request_guard import check_json, finite_float
 
 # Close codes. 4000-4999 are the application's own (RFC 6455, 7.4.2); the HTTP
 # status each mirrors is its last three digits, so they read like the API's.

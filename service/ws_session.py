@@ -19,16 +19,15 @@ from typing import Any
 
 from starlette.websockets import WebSocket
 
-from outbox.db import TRANSIENT_ERRORS
-from outbox.errors import DatabaseUnavailable
-from outbox.models import iso
-from outbox.store import changes
-
-from . import ws_messages as msg
-from .errors import ApiError, BadRequest, ServiceUnavailable, Unprocessable
-from .streams.changes import Change, Reset
-from .streams.hub import StreamHub
-from .streams.subscription import Subscription
+from hookrelay.outbox.errors import DatabaseUnavailable
+from hookrelay.outbox.models import iso
+from hookrelay.outbox.store import changes
+from hookrelay.outbox.store.pool import TRANSIENT_ERRORS
+from hookrelay.service.api.errors import ApiError, BadRequest, ServiceUnavailable, Unprocessable
+from hookrelay.service.live import ws_messages as msg
+from hookrelay.service.live.changes import Change, Reset
+from hookrelay.service.live.hub import StreamHub
+from hookrelay.service.live.subscription import Subscription
 
 log = logging.getLogger("hookrelay.api")
 # The database away: the client is told, the socket stays.

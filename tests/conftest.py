@@ -24,16 +24,16 @@ import asyncpg
 import httpx
 import pytest
 
-from outbox.crypto import SecretBox
-from outbox.db import create_pool
-from outbox.migrate import migrate
-from service import embedded, lifecycle, serving
-from service.app import create_app
-from service.runtime import Runtime
-from service.settings import Settings
-
-from .receiver import Receiver
-from .support import (
+from hookrelay.outbox.keys.at_rest import SecretBox
+from hookrelay.outbox.store.migrate import migrate
+from hookrelay.outbox.store.pool import create_pool
+from hookrelay.service.api.app import create_app
+from hookrelay.service.server import embedded, lifecycle
+from hookrelay.service.server import event_loop as serving
+from hookrelay.service.server.prerequisites import Runtime
+from hookrelay.service.server.settings import Settings
+from tests.receiver import Receiver
+from tests.support import (
     ADMIN,
     ADMIN_TOKEN,
     ROOT,

@@ -22,10 +22,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
-import outbox
-import outbox.sync
-from outbox.db import init_connection
-from outbox.models import Task
+import hookrelay.outbox
+import hookrelay.outbox.sync
+from hookrelay.outbox.models import Task
+from hookrelay.outbox.store.pool import init_connection
 
 ZONE = "Asia/Kolkata"  # +05:30: a timestamp left in it would show in every body
 
@@ -62,9 +62,9 @@ class Executor:
         raise NotImplementedError
 
     async def call(self, name: str, *args: Any, **kwargs: Any) -> Task:
-        """``outbox.<name>`` (or ``outbox.sync.<name>``) on this connection."""
+        """``outbox.<name>`` (or ``hookrelay.outbox.sync.<name>``) on this connection."""
         if self.sync:
-            fn = getattr(outbox.sync, name)
+            fn = getattr(hookrelay.outbox.sync, name)
             return await self.run(lambda: fn(self.handle(), *args, **kwargs))  # type: ignore[no-any-return]
         return await getattr(outbox, name)(self.handle(), *args, **kwargs)  # type: ignore[no-any-return]
 

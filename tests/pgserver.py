@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from .support import ROOT
+from tests.support import ROOT
 
 _START = (
     "import sys; from pathlib import Path; from service import embedded; "

@@ -32,15 +32,15 @@ from bench.procs import free_port as free_port
 from bench.procs import hookrelay as hookrelay
 from bench.procs import master_key as master_key
 from bench.procs import service_env as service_env
-from outbox import complete_task
-from outbox.dispatcher import Dispatcher, running
-from outbox.models import EventId
-from outbox.store import changes, delivery
-from outbox.store.delivery import ClaimedEvent
-from outbox.tasks import NewTask, create_task
-from outbox.tenants import NewKeys, NewTenant, create_tenant
-from service.runtime import Runtime
-from service.workers import make_dispatcher
+from hookrelay.outbox import complete_task
+from hookrelay.outbox.dispatch.dispatcher import Dispatcher, running
+from hookrelay.outbox.models import EventId
+from hookrelay.outbox.store import changes, delivery
+from hookrelay.outbox.store.delivery import ClaimedEvent
+from hookrelay.outbox.tasks.submit import NewTask, create_task
+from hookrelay.outbox.tenants import NewKeys, NewTenant, create_tenant
+from hookrelay.service.server.background import make_dispatcher
+from hookrelay.service.server.prerequisites import Runtime
 
 ADMIN_TOKEN = "test-admin-" + secrets.token_hex(8)
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import uuid
 
-from outbox.ahead import AheadQueues
-from outbox.models import EventId, TenantId
-from outbox.signing import Signer, generate_secret
-from outbox.store.delivery import ClaimedEvent
+from hookrelay.outbox.dispatch.claim_ahead import AheadQueues
+from hookrelay.outbox.keys.signing import Signer, generate_secret
+from hookrelay.outbox.models import EventId, TenantId
+from hookrelay.outbox.store.delivery import ClaimedEvent
 
 SIGNER = Signer([generate_secret()])
 

@@ -7,16 +7,15 @@ from typing import Any
 import httpx
 import pytest
 
-from service.auth import KeyCache
-
-from .support import bearer
+from hookrelay.service.api.auth import KeyCache
+from tests.support import bearer
 
 pytestmark = pytest.mark.anyio
 
 
 def test_cache_expires(monkeypatch: pytest.MonkeyPatch) -> None:
     now = [100.0]
-    monkeypatch.setattr("service.auth.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("hookrelay.service.api.auth.time.monotonic", lambda: now[0])
     cache = KeyCache(ttl_s=30)
     cache.put(b"d", "ten_a")
     assert cache.get(b"d") == "ten_a"
@@ -77,7 +76,7 @@ ANYONE = ["/healthz", "/readyz", "/openapi.json"]
 
 
 def _credentials(tenant: dict[str, Any], other: dict[str, Any]) -> dict[str, dict[str, str]]:
-    from .support import ADMIN
+    from tests.support import ADMIN
 
     return {
         "none": {},
@@ -127,8 +126,8 @@ async def test_public_routes_answer_anyone(
 def test_credentials_are_compared_in_constant_time() -> None:
     import inspect
 
-    from outbox import tenants
-    from service import auth
+    from hookrelay.outbox import tenants
+    from hookrelay.service.api import auth
 
     # Both comparisons of a presented secret go through hmac.compare_digest; the bearer
     # header and the WebSocket's auth message both reach them through auth.identify.
@@ -142,7 +141,7 @@ async def test_metrics_token_reads_metrics_only(
 ) -> None:
     from dataclasses import replace
 
-    from service.app import create_app
+    from hookrelay.service.api.app import create_app
 
     token = "metrics-" + "m" * 20
     rt = replace(runtime, settings=replace(runtime.settings, metrics_token=token))

@@ -6,13 +6,12 @@ import socket
 
 import pytest
 
-from outbox.dns import Resolved, Resolver
-from outbox.errors import LookupFailed
-from outbox.ssrf import AddressPolicy
-from service.callback_url import check_callback_url
-from service.errors import Unprocessable
-
-from .support import bearer
+from hookrelay.outbox.egress.dns import Resolved, Resolver
+from hookrelay.outbox.egress.ssrf import AddressPolicy
+from hookrelay.outbox.errors import LookupFailed
+from hookrelay.service.api.callback_url import check_callback_url
+from hookrelay.service.api.errors import Unprocessable
+from tests.support import bearer
 
 pytestmark = pytest.mark.anyio
 

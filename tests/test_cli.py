@@ -14,10 +14,9 @@ import sys
 import asyncpg
 import pytest
 
-from outbox.db import apply_schema
-from outbox.tenants import active_secrets, authenticate
-
-from .support import (
+from hookrelay.outbox.store.pool import apply_schema
+from hookrelay.outbox.tenants import active_secrets, authenticate
+from tests.support import (
     ROOT,
     backlog,
     cli_env,
@@ -74,10 +73,9 @@ async def test_bad_setting_fails_before_starting(runtime, dsn) -> None:
 async def test_dead_letters_cli_session(pool, runtime, dsn) -> None:
     from aiohttp import web
 
-    from outbox.dispatcher import running
-
-    from .receiver import Receiver
-    from .support import backlog, dispatcher, wait_drained
+    from hookrelay.outbox.dispatch.dispatcher import running
+    from tests.receiver import Receiver
+    from tests.support import backlog, dispatcher, wait_drained
 
     async def down(request: web.Request, rx: Receiver) -> web.StreamResponse:
         return web.Response(status=500)
@@ -124,7 +122,7 @@ async def test_dead_letters_cli_session(pool, runtime, dsn) -> None:
 
 
 async def test_help_lists_every_command_and_says_settings_come_from_the_environment() -> None:
-    from service.cli import _parser
+    from hookrelay.service.cli import _parser
 
     code, out, _ = await run_cli("--help", env={})
     assert code == 0
@@ -156,7 +154,7 @@ async def test_only_serve_and_migrate_create_a_data_directory(tmp_path, command)
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "service.cli",
+        "hookrelay.service.cli",
         *command,
         cwd=tmp_path,
         env={**env, "PYTHONPATH": str(ROOT)},
@@ -237,7 +235,7 @@ async def test_api_listens_where_host_and_port_say(runtime, dsn) -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "service.cli",
+        "hookrelay.service.cli",
         "api",
         "--host",
         "127.0.0.1",
@@ -261,7 +259,7 @@ async def test_api_listens_where_host_and_port_say(runtime, dsn) -> None:
 
 
 async def test_dead_letters_list_escapes_receiver_text(pool, runtime, dsn) -> None:
-    from outbox.dispatcher import running
+    from hookrelay.outbox.dispatch.dispatcher import running
 
     attack = b"/\x1b]0;PWNED\x07\x1b[2J"
 

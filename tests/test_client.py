@@ -24,11 +24,18 @@ from hookrelay.client import (
     Unauthorized,
     WaitTimeout,
 )
+from hookrelay.outbox import sync as executor
 from hookrelay.receiver import verify
-from outbox import sync as executor
-
-from .clientfakes import FakeClock
-from .support import ADMIN_TOKEN, LosingProxy, ServeProcess, WebhookSink, bearer, free_port, until
+from tests.clientfakes import FakeClock
+from tests.support import (
+    ADMIN_TOKEN,
+    LosingProxy,
+    ServeProcess,
+    WebhookSink,
+    bearer,
+    free_port,
+    until,
+)
 
 HOOK = "http://127.0.0.1:9/hook"
 

@@ -12,7 +12,7 @@ import asyncpg
 import httpx
 import pytest
 
-import outbox
+import hookrelay.outbox
 from hookrelay.client import (
     AsyncClient,
     Conflict,
@@ -22,10 +22,9 @@ from hookrelay.client import (
     Unauthorized,
     WaitTimeout,
 )
+from hookrelay.outbox.store import changes
 from hookrelay.receiver import verify
-from outbox.store import changes
-
-from .support import ADMIN_TOKEN, LosingProxy, ServeProcess, WebhookSink, eventually
+from tests.support import ADMIN_TOKEN, LosingProxy, ServeProcess, WebhookSink, eventually
 
 pytestmark = pytest.mark.anyio
 HOOK = "http://127.0.0.1:9/hook"

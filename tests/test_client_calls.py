@@ -9,8 +9,7 @@ import httpx
 from hookrelay.client import Client
 from hookrelay.client.calls import TaskCache
 from hookrelay.models import Task
-
-from .clientfakes import FakeClock, task_json
+from tests.clientfakes import FakeClock, task_json
 
 
 def test_the_cache_keeps_the_most_recently_read_tasks() -> None:

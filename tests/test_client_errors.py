@@ -18,8 +18,7 @@ from hookrelay.client.errors import (
     WaitTimeout,
     from_response,
 )
-
-from .clientfakes import task_json
+from tests.clientfakes import task_json
 
 
 def answer(status: int, message: str = "m", code: str = "c", **headers: str) -> httpx.Response:

@@ -15,8 +15,7 @@ import pytest
 
 from hookrelay.client import Client, ServerError, TransportError, following
 from hookrelay.models import Task
-
-from .clientfakes import FakeClock, task_json
+from tests.clientfakes import FakeClock, task_json
 
 
 def frames(*events: tuple[str, int | None, dict[str, Any]]) -> bytes:

@@ -20,8 +20,7 @@ from hookrelay.client import (
 )
 from hookrelay.client.errors import ApiError
 from hookrelay.client.retry import should_retry
-
-from .clientfakes import AsyncFakeClock, FakeClock, task_json
+from tests.clientfakes import AsyncFakeClock, FakeClock, task_json
 
 pytestmark = pytest.mark.anyio
 

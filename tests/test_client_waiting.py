@@ -11,8 +11,7 @@ import httpx
 import pytest
 
 from hookrelay.client import AsyncClient, Client, WaitTimeout
-
-from .clientfakes import AsyncFakeClock, FakeClock, task_json
+from tests.clientfakes import AsyncFakeClock, FakeClock, task_json
 
 pytestmark = pytest.mark.anyio
 

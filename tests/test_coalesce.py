@@ -6,10 +6,9 @@ import asyncio
 
 import pytest
 
-from service import coalesce
-from service.coalesce import Coalesced
-
-from .support import eventually
+from hookrelay.service.live import coalesce
+from hookrelay.service.live.coalesce import Coalesced
+from tests.support import eventually
 
 pytestmark = pytest.mark.anyio
 

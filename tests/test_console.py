@@ -9,21 +9,14 @@ import re
 import httpx
 import pytest
 
-from outbox.deadletters import list_dead_letters
-from outbox.dispatcher import running
-from outbox.ops import preview_replay
-from outbox.store.deadletters import DeadLetterFilter
-from outbox.tenants import create_tenant
-from service.console.security import HEADERS, SignInThrottle
-
-from .receiver import failing_until_healthy
-from .support import (
-    ADMIN_TOKEN,
-    bearer,
-    dead_letters_of_two_tenants,
-    dispatcher,
-    wait_drained,
-)
+from hookrelay.outbox.dispatch.dispatcher import running
+from hookrelay.outbox.ops.audit import preview_replay
+from hookrelay.outbox.ops.dead_letters import list_dead_letters
+from hookrelay.outbox.store.deadletters import DeadLetterFilter
+from hookrelay.outbox.tenants import create_tenant
+from hookrelay.service.console.security import HEADERS, SignInThrottle
+from tests.receiver import failing_until_healthy
+from tests.support import ADMIN_TOKEN, bearer, dead_letters_of_two_tenants, dispatcher, wait_drained
 
 pytestmark = pytest.mark.anyio
 ORIGIN = {"Origin": "http://hookrelay.test"}

@@ -16,18 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .browser import chromium
-from .receiver import Receiver, failing_until_healthy
-from .support import (
-    ADMIN,
-    ADMIN_TOKEN,
-    ROOT,
-    bearer,
-    dispatcher_env,
-    eventually,
-    serving,
-)
-from .test_console import HOSTILE
+from tests.browser import chromium
+from tests.receiver import Receiver, failing_until_healthy
+from tests.support import ADMIN, ADMIN_TOKEN, ROOT, bearer, dispatcher_env, eventually, serving
+from tests.test_console import HOSTILE
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from .support import ROOT
+from tests.support import ROOT
 
 yaml = pytest.importorskip("yaml")
 

@@ -10,8 +10,8 @@ from collections import Counter
 import pytest
 from aiohttp import web
 
-from .receiver import Receiver
-from .support import backlog, dispatcher_env, start_dispatcher, wait_drained
+from tests.receiver import Receiver
+from tests.support import backlog, dispatcher_env, start_dispatcher, wait_drained
 
 # Each test kills or restarts processes and waits for them: seconds each.
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

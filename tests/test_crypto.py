@@ -11,8 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from outbox.crypto import NONCE_BYTES, SecretBox, load_or_create_master_key, parse_master_key
-from outbox.errors import ConfigurationError
+from hookrelay.outbox.errors import ConfigurationError
+from hookrelay.outbox.keys.at_rest import (
+    NONCE_BYTES,
+    SecretBox,
+    load_or_create_master_key,
+    parse_master_key,
+)
 
 KEY = secrets.token_bytes(32)
 AAD = b"ten_01HZX"

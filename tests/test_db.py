@@ -9,7 +9,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_release_rolls_back_an_open_transaction(dsn: str) -> None:
-    from outbox.db import create_pool
+    from hookrelay.outbox.store.pool import create_pool
 
     pool = await create_pool(dsn, min_size=1, max_size=1)
     try:
@@ -26,7 +26,7 @@ async def test_release_rolls_back_an_open_transaction(dsn: str) -> None:
 
 
 async def test_release_sends_no_reset_query(dsn: str) -> None:
-    from outbox.db import create_pool
+    from hookrelay.outbox.store.pool import create_pool
 
     pool = await create_pool(dsn, min_size=1, max_size=1)
     try:
@@ -43,7 +43,7 @@ async def test_tcp_connections_notice_a_vanished_server(dsn: str) -> None:
     """Keepalive and TCP_USER_TIMEOUT are set, so a dead peer is noticed in seconds."""
     import socket
 
-    from outbox.db import TCP_OPTIONS, connect
+    from hookrelay.outbox.store.pool import TCP_OPTIONS, connect
 
     conn = await connect(dsn)
     try:
@@ -57,7 +57,7 @@ async def test_tcp_connections_notice_a_vanished_server(dsn: str) -> None:
 
 
 def test_a_dsn_listing_several_servers_is_split_per_server() -> None:
-    from outbox.db import Servers
+    from hookrelay.outbox.store.pool import Servers
 
     dsn = "postgresql://u:pw@a:5432,b:6432,[::1]:5433/db?target_session_attrs=read-write"
     assert Servers(dsn).dsns == [
@@ -77,7 +77,7 @@ async def test_a_silent_first_server_costs_only_its_own_deadline(dsn: str, monke
     import socket
     from urllib.parse import urlsplit
 
-    from outbox import db
+    from hookrelay.outbox.store import pool as db
 
     parts = urlsplit(dsn)
     if not parts.hostname or parts.hostname.startswith("/"):

@@ -6,12 +6,11 @@ import asyncio
 
 import pytest
 
-from outbox.deadletters import DeadLetterFilter, replay_batch
-from outbox.dispatcher import running
-from outbox.models import EventId
-
-from .receiver import failing_until_healthy
-from .support import ADMIN, bearer, dead_letters_of_two_tenants, dispatcher, wait_drained
+from hookrelay.outbox.dispatch.dispatcher import running
+from hookrelay.outbox.models import EventId
+from hookrelay.outbox.ops.dead_letters import DeadLetterFilter, replay_batch
+from tests.receiver import failing_until_healthy
+from tests.support import ADMIN, bearer, dead_letters_of_two_tenants, dispatcher, wait_drained
 
 pytestmark = pytest.mark.anyio
 
@@ -132,7 +131,7 @@ async def test_dead_letter_routes_need_admin(client, tenant) -> None:
 
 async def test_bulk_replay_is_a_snapshot(client, dead, pool, monkeypatch) -> None:
     """Letters that die again while a bulk replay runs are not replayed twice by it."""
-    from outbox.requeue import put_back as original
+    from hookrelay.outbox.ops.requeue import put_back as original
 
     calls: list[int] = []
 
@@ -148,12 +147,12 @@ async def test_bulk_replay_is_a_snapshot(client, dead, pool, monkeypatch) -> Non
             )
         return done
 
-    monkeypatch.setattr("outbox.deadletters.put_back", put_back_then_die_again)
+    monkeypatch.setattr("hookrelay.outbox.ops.dead_letters.put_back", put_back_then_die_again)
     r = await client.post("/v1/admin/dead-letters/replay", headers=ADMIN)
     assert r.status_code == 202 and r.json() == {"replayed": 5}
     assert sum(calls) == 5
     # The next call sees the letters that died again.
-    monkeypatch.setattr("outbox.deadletters.put_back", original)
+    monkeypatch.setattr("hookrelay.outbox.ops.dead_letters.put_back", original)
     r = await client.post("/v1/admin/dead-letters/replay", headers=ADMIN)
     assert r.json() == {"replayed": 5}
 

@@ -13,12 +13,12 @@ import httpx
 import pytest
 import respx
 
-from outbox.delivery import AttemptLimits, ClaimedEvent, attempt
-from outbox.http import HttpxSender
-from outbox.models import EventId, TaskId, TenantId
-from outbox.retry import RetryPolicy
-from outbox.signing import Signer
-from outbox.ssrf import AddressPolicy
+from hookrelay.outbox.dispatch.attempt import AttemptLimits, ClaimedEvent, attempt
+from hookrelay.outbox.dispatch.retry import RetryPolicy
+from hookrelay.outbox.egress.http import HttpxSender
+from hookrelay.outbox.egress.ssrf import AddressPolicy
+from hookrelay.outbox.keys.signing import Signer
+from hookrelay.outbox.models import EventId, TaskId, TenantId
 
 pytestmark = pytest.mark.anyio
 URL = "https://hooks.example.com/in"
@@ -242,7 +242,7 @@ async def test_a_cancellation_not_of_the_deadline_is_not_swallowed() -> None:
 async def test_a_deadline_and_another_cancellation_together_are_not_swallowed() -> None:
     """Both at once (a shutdown as the deadline fires): the deadline is not taken for
     the whole cancellation, so the task still ends cancelled."""
-    from outbox.delivery import Deadline
+    from hookrelay.outbox.dispatch.attempt import Deadline
 
     caused: list[bool] = []
 

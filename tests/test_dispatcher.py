@@ -15,15 +15,14 @@ import asyncpg
 import pytest
 from aiohttp import web
 
-from outbox.db import create_pool
-from outbox.dispatcher import running
-from outbox.errors import SignatureError
-from outbox.signing import verify
-from outbox.store import delivery
-from outbox.tenants import rotate_secret
-
-from .receiver import Receiver
-from .support import backlog, claim_due, dispatcher, eventually, v1_secret, wait_drained
+from hookrelay.outbox.dispatch.dispatcher import running
+from hookrelay.outbox.errors import SignatureError
+from hookrelay.outbox.keys.signing import verify
+from hookrelay.outbox.store import delivery
+from hookrelay.outbox.store.pool import create_pool
+from hookrelay.outbox.tenants import rotate_secret
+from tests.receiver import Receiver
+from tests.support import backlog, claim_due, dispatcher, eventually, v1_secret, wait_drained
 
 pytestmark = pytest.mark.anyio
 

@@ -8,13 +8,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from outbox.dns import Resolver
-from outbox.errors import BlockedDestination, LocalFault, LookupFailed
-from outbox.http import AiohttpSender
-from outbox.ssrf import AddressPolicy
-
-from .fakedns import FakeDns
-from .receiver import Receiver
+from hookrelay.outbox.egress.dns import Resolver
+from hookrelay.outbox.egress.http import AiohttpSender
+from hookrelay.outbox.egress.ssrf import AddressPolicy
+from hookrelay.outbox.errors import BlockedDestination, LocalFault, LookupFailed
+from tests.fakedns import FakeDns
+from tests.receiver import Receiver
 
 pytestmark = pytest.mark.anyio
 

@@ -14,11 +14,10 @@ from dataclasses import replace
 import httpx
 import pytest
 
-from service.app import create_app
-from service.workers import dispatcher_background
-
-from .fakedns import FakeDns
-from .support import ADMIN, backlog, bearer, eventually
+from hookrelay.service.api.app import create_app
+from hookrelay.service.server.background import dispatcher_background
+from tests.fakedns import FakeDns
+from tests.support import ADMIN, backlog, bearer, eventually
 
 pytestmark = pytest.mark.anyio
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from service.routes import docs
+from hookrelay.service.api.routes import docs
 
 pytestmark = pytest.mark.anyio
 

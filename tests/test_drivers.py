@@ -18,21 +18,20 @@ import psycopg
 import pytest
 from sqlalchemy import create_engine
 
-import outbox
-import outbox.sync
-from outbox.dispatcher import running
-from outbox.errors import (
+import hookrelay.outbox
+import hookrelay.outbox.sync
+from hookrelay.outbox.dispatch.dispatcher import running
+from hookrelay.outbox.errors import (
     DatabaseUnavailable,
     InvalidTransition,
     ProgressBackwards,
     TaskNotFound,
 )
-from outbox.store.drivers import async_driver
-from outbox.tasks import NewTask, create_task
-from outbox.tenants import create_tenant
-
-from .executors import BORROWED, KINDS, executors
-from .support import dispatcher, eventually
+from hookrelay.outbox.store.drivers import async_driver
+from hookrelay.outbox.tasks.submit import NewTask, create_task
+from hookrelay.outbox.tenants import create_tenant
+from tests.executors import BORROWED, KINDS, executors
+from tests.support import dispatcher, eventually
 
 pytestmark = pytest.mark.anyio
 HOOK = "http://127.0.0.1:9/hook"
@@ -87,7 +86,7 @@ async def test_completes_with_the_callers_write_or_not_at_all(
     # The stream change log is queued by a trigger at commit, whatever the driver.
     logged = "SELECT array_agg(version ORDER BY seq) FROM task_changes WHERE task_id = $1"
     async with pool.acquire() as conn:
-        await outbox.store.changes.number_pending(conn)
+        await hookrelay.outbox.store.changes.number_pending(conn)
     if not commit:
         assert await counts(pool, task_id) == (0, 0, 0)
         assert await pool.fetchval("SELECT status FROM tasks WHERE id = $1", task_id) == "queued"
@@ -96,7 +95,7 @@ async def test_completes_with_the_callers_write_or_not_at_all(
     assert await counts(pool, task_id) == (1, 1, 1)
     assert await pool.fetchval(logged, task_id) == [1, 2]
     async with pool.acquire() as conn:
-        stored = await outbox.store.tasks.get_task(conn, task_id=task_id)
+        stored = await hookrelay.outbox.store.tasks.get_task(conn, task_id=task_id)
     assert stored == done  # the same Task asyncpg reads: values and time zone alike
     body = json.loads(await pool.fetchval("SELECT body FROM events WHERE task_id = $1", task_id))
     assert body["data"] == done.to_event_data()
@@ -202,8 +201,8 @@ async def test_other_connections_are_refused_by_name(dsn) -> None:
         await outbox.complete_task(object(), "task_x", "succeeded")
     conn = await asyncpg.connect(dsn)
     try:
-        with pytest.raises(TypeError, match="outbox.sync: cannot run on a asyncpg"):
-            outbox.sync.complete_task(conn, "task_x", "succeeded")
+        with pytest.raises(TypeError, match="hookrelay.outbox.sync: cannot run on a asyncpg"):
+            hookrelay.outbox.sync.complete_task(conn, "task_x", "succeeded")
     finally:
         await conn.close()
     with (
@@ -213,5 +212,5 @@ async def test_other_connections_are_refused_by_name(dsn) -> None:
         async_driver(sync_conn)
     engine = create_engine("sqlite://")
     with engine.connect() as sqlite, pytest.raises(TypeError, match="postgresql\\+psycopg"):
-        outbox.sync.complete_task(sqlite, "task_x", "succeeded")
+        hookrelay.outbox.sync.complete_task(sqlite, "task_x", "succeeded")
     engine.dispose()

@@ -10,9 +10,14 @@ import nacl.exceptions
 import nacl.signing
 import pytest
 
-from outbox.ed25519 import generate_keypair, load_private_key, public_key_of, signature
-from outbox.errors import ConfigurationError, SignatureError
-from outbox.signing import Signer, verify
+from hookrelay.outbox.errors import ConfigurationError, SignatureError
+from hookrelay.outbox.keys.ed25519 import (
+    generate_keypair,
+    load_private_key,
+    public_key_of,
+    signature,
+)
+from hookrelay.outbox.keys.signing import Signer, verify
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "signatures-v1a.md"
 

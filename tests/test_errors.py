@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from outbox.errors import (
+from hookrelay.outbox.errors import (
     AlreadyPending,
     ConfigurationError,
     IdempotencyInFlight,
@@ -13,7 +13,7 @@ from outbox.errors import (
     SignatureError,
     TaskNotFound,
 )
-from service.errors import answer_for
+from hookrelay.service.api.errors import answer_for
 
 
 def test_subclasses_get_their_own_answer() -> None:

@@ -16,14 +16,13 @@ import asyncpg
 import httpx
 import pytest
 
-from outbox.crypto import SecretBox
-from outbox.db import create_pool
-from service.app import create_app
-from service.openapi import spec
-from service.runtime import Runtime
-from service.settings import Settings
-
-from .support import ADMIN, bearer
+from hookrelay.outbox.keys.at_rest import SecretBox
+from hookrelay.outbox.store.pool import create_pool
+from hookrelay.service.api.app import create_app
+from hookrelay.service.api.openapi import spec
+from hookrelay.service.server.prerequisites import Runtime
+from hookrelay.service.server.settings import Settings
+from tests.support import ADMIN, bearer
 
 pytestmark = pytest.mark.anyio
 
@@ -74,7 +73,7 @@ async def env(server_dsn: str, template_db: str, tmp_path_factory: Any) -> Any:
     before it could write, and a database per case made the module take minutes."""
     from dataclasses import replace
 
-    from .support import ADMIN_TOKEN, with_database
+    from tests.support import ADMIN_TOKEN, with_database
 
     name = f"hookrelay_guard_{uuid.uuid4().hex[:10]}"
     conn = await asyncpg.connect(server_dsn)

@@ -16,9 +16,8 @@ import textwrap
 import pytest
 
 from hookrelay.models import Task
-
-from .clientfakes import task_json
-from .support import ROOT
+from tests.clientfakes import task_json
+from tests.support import ROOT
 
 GUARD = textwrap.dedent(
     """

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from outbox.errors import InvalidCallbackUrl
-from outbox.hostkey import host_key
-from outbox.transitions import destination_host
+from hookrelay.outbox.dispatch.destinations import host_key
+from hookrelay.outbox.errors import InvalidCallbackUrl
+from hookrelay.outbox.tasks.transitions import destination_host
 
 LOOPBACK_8080 = [
     "http://127.0.0.1:8080",

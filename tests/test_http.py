@@ -10,9 +10,9 @@ import pytest
 import respx
 from aiohttp import web
 
-from outbox.errors import BlockedDestination, TransportError
-from outbox.http import USER_AGENT, AiohttpSender, HttpxSender, build_sender
-from outbox.ssrf import AddressPolicy
+from hookrelay.outbox.egress.http import USER_AGENT, AiohttpSender, HttpxSender, build_sender
+from hookrelay.outbox.egress.ssrf import AddressPolicy
+from hookrelay.outbox.errors import BlockedDestination, TransportError
 from tests.receiver import Receiver
 
 pytestmark = pytest.mark.anyio

@@ -7,13 +7,12 @@ import logging
 import asyncpg
 import pytest
 
-from outbox.dispatcher import running
-from outbox.errors import SignatureError
-from outbox.keyring import Keyring
-from outbox.signing import Signer, verify
-from outbox.tenants import NewTenant, create_tenant, rotate_secret
-
-from .support import backlog, dispatcher, eventually, v1_secret
+from hookrelay.outbox.dispatch.dispatcher import running
+from hookrelay.outbox.errors import SignatureError
+from hookrelay.outbox.keys.keyring import Keyring
+from hookrelay.outbox.keys.signing import Signer, verify
+from hookrelay.outbox.tenants import NewTenant, create_tenant, rotate_secret
+from tests.support import backlog, dispatcher, eventually, v1_secret
 
 pytestmark = pytest.mark.anyio
 

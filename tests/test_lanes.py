@@ -14,14 +14,13 @@ import pytest
 from aiohttp import web
 
 from bench.common import percentile
-from outbox import complete_task
-from outbox.dispatcher import running
-from outbox.store import delivery
-from outbox.tasks import NewTask, create_task
-from outbox.tenants import create_tenant
-
-from .receiver import Receiver
-from .support import backlog, dispatcher, eventually, wait_drained
+from hookrelay.outbox import complete_task
+from hookrelay.outbox.dispatch.dispatcher import running
+from hookrelay.outbox.store import delivery
+from hookrelay.outbox.tasks.submit import NewTask, create_task
+from hookrelay.outbox.tenants import create_tenant
+from tests.receiver import Receiver
+from tests.support import backlog, dispatcher, eventually, wait_drained
 
 pytestmark = pytest.mark.anyio
 
@@ -280,7 +279,7 @@ async def test_claim_reads_no_held_row(pool, runtime) -> None:
 
 async def _rows_read(conn: asyncpg.Connection, name: str, *args: object) -> int:
     """Heap and index tuples the statement touched, from EXPLAIN ANALYZE's row counts."""
-    from outbox._queries import sql
+    from hookrelay.outbox.sql import sql
 
     plan = await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql(name)}", *args)
     import json
@@ -300,7 +299,7 @@ async def _rows_read(conn: asyncpg.Connection, name: str, *args: object) -> int:
 
 
 async def test_a_manual_close_puts_held_rows_back(pool, runtime) -> None:
-    from outbox.store import console
+    from hookrelay.outbox.store import console
 
     await backlog(pool, runtime, "https://down.example/hook", 3)
     host = "https://down.example:443"

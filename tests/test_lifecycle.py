@@ -20,10 +20,9 @@ import httpx
 import pytest
 from aiohttp import web
 
-from service.recovery import servers_for
-
-from .receiver import Receiver
-from .support import ADMIN_TOKEN, ROOT, bearer, free_port
+from hookrelay.service.server.embedded_recovery import servers_for
+from tests.receiver import Receiver
+from tests.support import ADMIN_TOKEN, ROOT, bearer, free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 ADMIN = bearer(ADMIN_TOKEN)
@@ -69,7 +68,7 @@ async def start_serve(env: dict[str, str], cwd: Path) -> tuple[asyncio.subproces
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "service.cli",
+        "hookrelay.service.cli",
         "serve",
         env={**env, "PYTHONPATH": str(ROOT)},
         cwd=cwd,

@@ -12,10 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from outbox import ed25519, signing
-
-from .receiver import Receiver
-from .support import (
+from hookrelay.outbox.keys import ed25519, signing
+from tests.receiver import Receiver
+from tests.support import (
     ADMIN,
     ROOT,
     bearer,
@@ -66,7 +65,7 @@ class Listen:
 async def listen(*args: str) -> AsyncIterator[Listen]:
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "service.cli", "listen", "--port", str(port), *args),
+        *(sys.executable, "-m", "hookrelay.service.cli", "listen", "--port", str(port), *args),
         cwd=ROOT,
         stdout=asyncio.subprocess.PIPE,
     )
@@ -243,7 +242,7 @@ async def test_forward_failure_answers_502(serve) -> None:
 )
 async def test_bad_options_exit_2_with_a_reason(args: list[str], message: str) -> None:
     proc = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "service.cli", "listen", *args),
+        *(sys.executable, "-m", "hookrelay.service.cli", "listen", *args),
         cwd=ROOT,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

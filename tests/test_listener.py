@@ -8,10 +8,9 @@ from dataclasses import replace
 import asyncpg
 import pytest
 
-from outbox.dispatcher import running
-from outbox.listener import Listener
-
-from .support import backlog, dispatcher, eventually, wait_drained
+from hookrelay.outbox.dispatch.dispatcher import running
+from hookrelay.outbox.store.listener import Listener
+from tests.support import backlog, dispatcher, eventually, wait_drained
 
 pytestmark = pytest.mark.anyio
 KILL_OTHERS = (

@@ -6,9 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from service.settings import Settings
-
-from .support import bearer
+from hookrelay.service.server.settings import Settings
+from tests.support import bearer
 
 pytestmark = pytest.mark.anyio
 

@@ -11,15 +11,14 @@ import aiohttp
 import pytest
 from aiohttp.client_reqrep import ConnectionKey
 
-from outbox.dispatcher import Dispatcher, running
-from outbox.errors import LocalFault
-from outbox.http import AiohttpSender, Reply
-from outbox.localfaults import as_local_fault
-from outbox.metrics import LOCAL_FAULTS
-from outbox.ssrf import AddressPolicy
-from service.workers import dispatcher_config, make_dispatcher
-
-from .support import backlog, eventually, wait_drained
+from hookrelay.outbox.dispatch.dispatcher import Dispatcher, running
+from hookrelay.outbox.dispatch.local_faults import as_local_fault
+from hookrelay.outbox.egress.http import AiohttpSender, Reply
+from hookrelay.outbox.egress.ssrf import AddressPolicy
+from hookrelay.outbox.errors import LocalFault
+from hookrelay.outbox.metrics import LOCAL_FAULTS
+from hookrelay.service.server.background import dispatcher_config, make_dispatcher
+from tests.support import backlog, eventually, wait_drained
 
 pytestmark = pytest.mark.anyio
 

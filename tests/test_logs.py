@@ -7,10 +7,9 @@ import logging
 
 import pytest
 
-from outbox.dispatcher import running
-from service.logs import JsonFormatter
-
-from .support import ADMIN, ADMIN_TOKEN, bearer, dispatcher, wait_drained
+from hookrelay.outbox.dispatch.dispatcher import running
+from hookrelay.service.server.logs import JsonFormatter
+from tests.support import ADMIN, ADMIN_TOKEN, bearer, dispatcher, wait_drained
 
 pytestmark = pytest.mark.anyio
 

@@ -11,15 +11,14 @@ from dataclasses import replace
 import pytest
 from standardwebhooks import Webhook
 
-from outbox import complete_task
-from outbox.crypto import KEY_FILE, SecretBox, key_id, parse_master_key
-from outbox.dispatcher import UNDECRYPTABLE, running
-from outbox.errors import ConfigurationError
-from outbox.masterkey import MasterKeyMismatch, recorded_key_id, verify_or_record
-from outbox.tasks import NewTask, create_task
-from outbox.tenants import active_secrets, create_tenant
-
-from .support import (
+from hookrelay.outbox import complete_task
+from hookrelay.outbox.dispatch.dispatcher import UNDECRYPTABLE, running
+from hookrelay.outbox.errors import ConfigurationError
+from hookrelay.outbox.keys.at_rest import KEY_FILE, SecretBox, key_id, parse_master_key
+from hookrelay.outbox.keys.master_key import MasterKeyMismatch, recorded_key_id, verify_or_record
+from hookrelay.outbox.tasks.submit import NewTask, create_task
+from hookrelay.outbox.tenants import active_secrets, create_tenant
+from tests.support import (
     backlog,
     cli_env,
     dispatcher,

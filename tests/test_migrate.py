@@ -13,14 +13,13 @@ from urllib.parse import urlsplit
 import asyncpg
 import pytest
 
-from outbox.db import create_pool, schema_sql
-from outbox.deadletters import replay_one
-from outbox.dispatcher import running
-from outbox.migrate import migrate, migrations, status
-from outbox.signing import generate_secret
-from outbox.tenants import hash_api_key
-
-from .support import ROOT, cli_env, dispatcher, run_cli, wait_drained, with_database
+from hookrelay.outbox.dispatch.dispatcher import running
+from hookrelay.outbox.keys.signing import generate_secret
+from hookrelay.outbox.ops.dead_letters import replay_one
+from hookrelay.outbox.store.migrate import migrate, migrations, status
+from hookrelay.outbox.store.pool import create_pool, schema_sql
+from hookrelay.outbox.tenants import hash_api_key
+from tests.support import ROOT, cli_env, dispatcher, run_cli, wait_drained, with_database
 
 pytestmark = pytest.mark.anyio
 
@@ -271,5 +270,5 @@ async def _rows_of_release_one(
 
 
 def test_readable_schema_is_the_packaged_one() -> None:
-    """schema.sql at the top is a copy for readers of outbox/schema.sql, which is shipped."""
+    """schema.sql at the top is a copy for readers of outbox/sql/schema.sql, which is shipped."""
     assert (ROOT / "schema.sql").read_text() == schema_sql()

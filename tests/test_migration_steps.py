@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from outbox.migrate import migrate, migrations
-
-from .test_migrate import NewDb, new_db, run_migrate
+from hookrelay.outbox.store.migrate import migrate, migrations
+from tests.test_migrate import NewDb, new_db, run_migrate
 
 __all__ = ["new_db"]  # the fixture, used by name
 

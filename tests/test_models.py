@@ -8,7 +8,7 @@ from typing import Any, get_args
 import asyncpg
 import pytest
 
-from outbox.models import (
+from hookrelay.outbox.models import (
     LIVE_STATUSES,
     TERMINAL_STATUSES,
     AuditAction,

@@ -61,7 +61,7 @@ async def test_schemathesis_finds_no_5xx_and_no_schema_break(
 
     import httpx
 
-    from .support import ADMIN_TOKEN
+    from tests.support import ADMIN_TOKEN
 
     url, key = live_api
     async with httpx.AsyncClient(base_url=url) as c:

@@ -12,9 +12,9 @@ import httpx
 import pytest
 from aiohttp import web
 
-from .pgserver import DedicatedPostgres
-from .receiver import Receiver
-from .support import (
+from tests.pgserver import DedicatedPostgres
+from tests.receiver import Receiver
+from tests.support import (
     ADMIN,
     bearer,
     dispatcher_env,

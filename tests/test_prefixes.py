@@ -7,11 +7,10 @@ import ipaddress
 import aiohttp
 import pytest
 
-from outbox.prefixes import PREFIXES, classify, embedded_ipv4
-from outbox.ssrf import AddressPolicy, GuardedConnector, blocked_reason
-
-from .support import bearer
-from .test_ssrf import StaticResolver
+from hookrelay.outbox.egress.embedded_ipv4 import PREFIXES, classify, embedded_ipv4
+from hookrelay.outbox.egress.ssrf import AddressPolicy, GuardedConnector, blocked_reason
+from tests.support import bearer
+from tests.test_ssrf import StaticResolver
 
 pytestmark = pytest.mark.anyio
 

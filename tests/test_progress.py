@@ -11,12 +11,11 @@ import asyncpg
 import httpx
 import pytest
 
-from outbox import report_progress, start_task
-from outbox.errors import InvalidTransition, ProgressBackwards, TaskNotFound
-from outbox.store import TASKS_CHANNEL
-from outbox.sweeper import sweep_once
-
-from .support import ADMIN, bearer, eventually
+from hookrelay.outbox import report_progress, start_task
+from hookrelay.outbox.errors import InvalidTransition, ProgressBackwards, TaskNotFound
+from hookrelay.outbox.store import TASKS_CHANNEL
+from hookrelay.outbox.tasks.timeouts import sweep_once
+from tests.support import ADMIN, bearer, eventually
 
 pytestmark = pytest.mark.anyio
 HOOK = "http://127.0.0.1:9/hook"

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from outbox import _queries
+from hookrelay.outbox import sql as _queries
 
 STORE = pathlib.Path(_queries.__file__).parent / "store"
 

@@ -30,13 +30,12 @@ import asyncpg
 import pytest
 
 from hookrelay.client import Client
+from hookrelay.outbox.keys.signing import Signer, generate_secret
+from hookrelay.outbox.tasks.submit import NewTask, create_task
+from hookrelay.outbox.tenants import create_tenant
 from hookrelay.receiver.postgres import DDL
-from outbox.signing import Signer, generate_secret
-from outbox.tasks import NewTask, create_task
-from outbox.tenants import create_tenant
-
-from .clientfakes import task_json
-from .support import ADMIN_TOKEN, ROOT, WebhookSink, free_port, until, wait_for_port
+from tests.clientfakes import task_json
+from tests.support import ADMIN_TOKEN, ROOT, WebhookSink, free_port, until, wait_for_port
 
 pytestmark = pytest.mark.anyio
 

@@ -15,6 +15,8 @@ import pytest
 import standardwebhooks
 import svix.webhooks
 
+from hookrelay.outbox.keys import ed25519
+from hookrelay.outbox.keys.signing import Signer, generate_secret
 from hookrelay.receiver import (
     BadSignature,
     InvalidPayload,
@@ -24,10 +26,7 @@ from hookrelay.receiver import (
     signatures,
     verify,
 )
-from outbox import ed25519
-from outbox.signing import Signer, generate_secret
-
-from .clientfakes import task_json
+from tests.clientfakes import task_json
 
 TASK = {k: v for k, v in task_json("succeeded", 2, result={"url": "u"}).items() if k != "delivery"}
 BODY = json.dumps({"type": "task.succeeded", "timestamp": "2026-01-01T00:00:02Z", "data": TASK})

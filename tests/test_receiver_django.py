@@ -8,11 +8,10 @@ from django.conf import settings
 from django.http import HttpResponse
 from django.urls import path
 
+from hookrelay.outbox.keys.signing import generate_secret
 from hookrelay.receiver import WebhookEvent
 from hookrelay.receiver.django import webhook
-from outbox.signing import generate_secret
-
-from .test_receiver import BODY, signed
+from tests.test_receiver import BODY, signed
 
 SECRET = generate_secret()
 got: list[str] = []

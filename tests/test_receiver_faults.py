@@ -11,10 +11,9 @@ from dataclasses import replace
 import pytest
 from aiohttp import web
 
-from outbox.dispatcher import running
-
-from .receiver import Receiver
-from .support import backlog, dispatcher, wait_drained
+from hookrelay.outbox.dispatch.dispatcher import running
+from tests.receiver import Receiver
+from tests.support import backlog, dispatcher, wait_drained
 
 pytestmark = pytest.mark.anyio
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from flask import Flask
 
+from hookrelay.outbox.keys import ed25519
 from hookrelay.receiver import WebhookEvent
 from hookrelay.receiver.flask import webhook
-from outbox import ed25519
-
-from .test_receiver import BODY, signed
+from tests.test_receiver import BODY, signed
 
 PAIR = ed25519.generate_keypair()
 

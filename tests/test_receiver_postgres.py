@@ -11,8 +11,7 @@ import psycopg
 import pytest
 
 from hookrelay.receiver.postgres import DDL, AsyncpgSeen, AsyncPsycopgSeen, PsycopgSeen
-
-from .support import eventually
+from tests.support import eventually
 
 pytestmark = pytest.mark.anyio
 

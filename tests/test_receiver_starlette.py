@@ -13,11 +13,10 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from hookrelay.outbox.keys.signing import generate_secret
 from hookrelay.receiver import WebhookEvent
 from hookrelay.receiver.starlette import VerifiedWebhook, webhook_endpoint
-from outbox.signing import generate_secret
-
-from .test_receiver import BODY, signed
+from tests.test_receiver import BODY, signed
 
 SECRET = generate_secret()
 pytestmark = pytest.mark.anyio

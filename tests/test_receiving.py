@@ -18,9 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from outbox.signing import Signer, generate_secret
-
-from .support import ROOT, free_port, wait_for_port
+from hookrelay.outbox.keys.signing import Signer, generate_secret
+from tests.support import ROOT, free_port, wait_for_port
 
 pytestmark = pytest.mark.anyio
 

@@ -15,14 +15,13 @@ from typing import Any
 import asyncpg
 import pytest
 
-from outbox import recorder as recorder_module
-from outbox.circuit import BreakerPolicy
-from outbox.delivery import AttemptResult
-from outbox.models import Outcome
-from outbox.recorder import Recorder
-from outbox.store.delivery import ClaimedEvent
-
-from .support import backlog, claim_due, eventually
+from hookrelay.outbox.dispatch import outcomes as recorder_module
+from hookrelay.outbox.dispatch.attempt import AttemptResult
+from hookrelay.outbox.dispatch.circuit import BreakerPolicy
+from hookrelay.outbox.dispatch.outcomes import Recorder
+from hookrelay.outbox.models import Outcome
+from hookrelay.outbox.store.delivery import ClaimedEvent
+from tests.support import backlog, claim_due, eventually
 
 pytestmark = pytest.mark.anyio
 

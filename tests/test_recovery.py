@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from service.recovery import is_our_postmaster, prune_handles, recover
+from hookrelay.service.server.embedded_recovery import is_our_postmaster, prune_handles, recover
 
 
 def dead_pid() -> int:

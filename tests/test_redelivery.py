@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 from aiohttp import web
 
-from outbox.dispatcher import running
-
-from .receiver import Receiver
-from .support import ADMIN, bearer, dispatcher, wait_drained
+from hookrelay.outbox.dispatch.dispatcher import running
+from tests.receiver import Receiver
+from tests.support import ADMIN, bearer, dispatcher, wait_drained
 
 pytestmark = pytest.mark.anyio
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from outbox import retention
-from outbox.retention import purge
-from outbox.tenants import create_tenant
-from outbox.testevents import send_test_event
-
-from .support import backlog
+from hookrelay.outbox.ops import retention
+from hookrelay.outbox.ops.retention import purge
+from hookrelay.outbox.tasks.test_events import send_test_event
+from hookrelay.outbox.tenants import create_tenant
+from tests.support import backlog
 
 pytestmark = pytest.mark.anyio
 
@@ -84,7 +83,7 @@ async def test_a_backlog_past_retention_goes_in_one_round_not_ten_batches(
 ) -> None:
     """Ten batches a round fell behind a busy change log: a round now goes on until what
     is past retention is gone (or its time is spent)."""
-    from outbox.store import changes as change_log
+    from hookrelay.outbox.store import changes as change_log
 
     monkeypatch.setattr(retention, "BATCH", 2)
     await backlog(pool, runtime, "http://127.0.0.1:9/h", 15)  # 30 changes: 15 batches

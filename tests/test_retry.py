@@ -8,8 +8,8 @@ from email.utils import format_datetime
 
 import pytest
 
-from outbox.errors import ConfigurationError
-from outbox.retry import RetryPolicy, parse_retry_after
+from hookrelay.outbox.dispatch.retry import RetryPolicy, parse_retry_after
+from hookrelay.outbox.errors import ConfigurationError
 
 DEFAULT = RetryPolicy()
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)

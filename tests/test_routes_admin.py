@@ -8,10 +8,9 @@ import asyncpg
 import httpx
 import pytest
 
-from outbox.tenants import active_secrets, hash_api_key
-from service.app import create_app
-
-from .support import ADMIN, bearer, eventually, v1_secret
+from hookrelay.outbox.tenants import active_secrets, hash_api_key
+from hookrelay.service.api.app import create_app
+from tests.support import ADMIN, bearer, eventually, v1_secret
 
 pytestmark = pytest.mark.anyio
 
@@ -76,7 +75,7 @@ async def test_rotate_secret(client, tenant, pool, runtime) -> None:
 
 
 async def test_rotate_with_zero_overlap_drops_old_secret(pool: asyncpg.Pool, runtime) -> None:
-    from outbox.tenants import create_tenant, rotate_secret
+    from hookrelay.outbox.tenants import create_tenant, rotate_secret
 
     async with pool.acquire() as conn:
         t = await create_tenant(conn, "z", runtime.secret_box)
@@ -98,8 +97,8 @@ async def test_readyz_reports_unreachable_database(client, pool) -> None:
 
 async def test_read_only_server_is_not_ready_and_writes_answer_503(runtime, dsn, pool) -> None:
     """A standby (or a read-only database) answers reads only: /readyz 503, writes 503."""
-    from outbox.db import create_pool
-    from outbox.tenants import create_tenant
+    from hookrelay.outbox.store.pool import create_pool
+    from hookrelay.outbox.tenants import create_tenant
 
     async with pool.acquire() as conn:
         key = (await create_tenant(conn, "ro", runtime.secret_box)).api_key

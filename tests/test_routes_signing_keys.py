@@ -9,13 +9,12 @@ import httpx
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from outbox.dispatcher import running
-from outbox.tasks import NewTask, create_task
-from outbox.tenants import active_secrets
-from outbox.transitions import complete_task
-
-from .support import ADMIN, bearer, dispatcher
-from .test_ed25519 import nacl_verify
+from hookrelay.outbox.dispatch.dispatcher import running
+from hookrelay.outbox.tasks.submit import NewTask, create_task
+from hookrelay.outbox.tasks.transitions import complete_task
+from hookrelay.outbox.tenants import active_secrets
+from tests.support import ADMIN, bearer, dispatcher
+from tests.test_ed25519 import nacl_verify
 
 pytestmark = pytest.mark.anyio
 

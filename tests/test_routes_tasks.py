@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from .support import ADMIN, bearer
+from tests.support import ADMIN, bearer
 
 pytestmark = pytest.mark.anyio
 HOOK = "http://127.0.0.1:9/hook"
@@ -343,7 +343,7 @@ async def test_unknown_route_and_method(client) -> None:
 
 async def test_listing_never_skips_a_late_commit(client, tenant, pool) -> None:
     """A transaction that started earlier but commits later must not fall behind a cursor."""
-    from outbox import complete_task
+    from hookrelay.outbox import complete_task
 
     key = bearer(tenant["apiKey"])
     a = (await submit(client, tenant["apiKey"])).json()["id"]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from outbox.models import CircuitState, TenantId
-from outbox.scheduler import Caps, InFlight, ahead, allocate, held_hosts
-from outbox.store.delivery import DueLane
+from hookrelay.outbox.dispatch.scheduler import Caps, InFlight, ahead, allocate, held_hosts
+from hookrelay.outbox.models import CircuitState, TenantId
+from hookrelay.outbox.store.delivery import DueLane
 
 DEFAULTS = Caps(total=200, per_host=20, per_tenant=50)
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -131,8 +131,8 @@ def test_in_flight_counters_forget_what_finished() -> None:
 def test_lanes_stay_in_view_while_they_give_all_that_was_asked() -> None:
     import uuid
 
-    from outbox.scheduler import still_due
-    from outbox.store.delivery import ClaimedEvent
+    from hookrelay.outbox.dispatch.scheduler import still_due
+    from hookrelay.outbox.store.delivery import ClaimedEvent
 
     def event(host: str, tenant: str) -> ClaimedEvent:
         return ClaimedEvent(0, "e", tenant, "t", "x", "u", host, b"", 0, 0, 1, uuid.uuid4())  # type: ignore[arg-type]

@@ -7,9 +7,8 @@ import asyncio
 import httpx
 import pytest
 
-from service.serving import run
-
-from .support import bearer
+from hookrelay.service.server.event_loop import run
+from tests.support import bearer
 
 pytestmark = pytest.mark.anyio
 
@@ -54,7 +53,7 @@ def test_run_uses_uvloop() -> None:
 @pytest.fixture
 async def strict_api(runtime, dsn):
     """``hookrelay api`` with short read deadlines and a cap of 20 connections; yields its port."""
-    from .support import dispatcher_env, free_port, start, wait_for_port
+    from tests.support import dispatcher_env, free_port, start, wait_for_port
 
     port = free_port()
     env = dispatcher_env(

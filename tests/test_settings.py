@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from service.settings import Settings, SettingsError
+from hookrelay.service.server.settings import Settings, SettingsError
 
 
 def test_defaults_match_the_contract() -> None:

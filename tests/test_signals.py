@@ -8,9 +8,8 @@ import asyncio
 import asyncpg
 import pytest
 
-from outbox.store import OUTBOX_CHANNEL, TASKS_CHANNEL, changes
-
-from .support import ADMIN, bearer, eventually
+from hookrelay.outbox.store import OUTBOX_CHANNEL, TASKS_CHANNEL, changes
+from tests.support import ADMIN, bearer, eventually
 
 pytestmark = pytest.mark.anyio
 HOOK = "http://127.0.0.1:9/hook"

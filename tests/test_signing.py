@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from outbox.errors import ConfigurationError, SignatureError
-from outbox.signing import (
+from hookrelay.outbox.errors import ConfigurationError, SignatureError
+from hookrelay.outbox.keys.signing import (
     SECRET_PREFIX,
     Signer,
     generate_secret,

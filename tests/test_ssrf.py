@@ -16,9 +16,8 @@ import httpx
 import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from outbox.dns import Resolved, Resolver
-from outbox.errors import BlockedDestination, ConfigurationError, LookupFailed
-from outbox.ssrf import (
+from hookrelay.outbox.egress.dns import Resolved, Resolver
+from hookrelay.outbox.egress.ssrf import (
     BLOCKED_NETWORKS,
     AddressPolicy,
     GuardedConnector,
@@ -28,6 +27,7 @@ from outbox.ssrf import (
     guard_target,
     resolve_checked,
 )
+from hookrelay.outbox.errors import BlockedDestination, ConfigurationError, LookupFailed
 
 pytestmark = pytest.mark.anyio
 

@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 import asyncpg
 import pytest
 
-from outbox import complete_task
-from outbox.errors import IdempotencyInFlight
-from outbox.models import EventId, TaskId, TenantId
-from outbox.store import delivery, destinations, events, metrics, tasks, tenants
+from hookrelay.outbox import complete_task
+from hookrelay.outbox.errors import IdempotencyInFlight
+from hookrelay.outbox.models import EventId, TaskId, TenantId
+from hookrelay.outbox.store import delivery, destinations, events, metrics, tasks, tenants
 
 pytestmark = pytest.mark.anyio
 TENANT = TenantId("ten_store")

@@ -7,12 +7,11 @@ import asyncio
 import asyncpg
 import pytest
 
-from outbox import complete_task, report_progress, start_task
-from outbox.store import CHANGES_CHANNEL, OUTBOX_CHANNEL, TASKS_CHANNEL, changes
-from outbox.tasks import NewTask, create_task
-from outbox.tenants import create_tenant
-
-from .support import dispatcher, eventually, wait_drained
+from hookrelay.outbox import complete_task, report_progress, start_task
+from hookrelay.outbox.store import CHANGES_CHANNEL, OUTBOX_CHANNEL, TASKS_CHANNEL, changes
+from hookrelay.outbox.tasks.submit import NewTask, create_task
+from hookrelay.outbox.tenants import create_tenant
+from tests.support import dispatcher, eventually, wait_drained
 
 pytestmark = pytest.mark.anyio
 

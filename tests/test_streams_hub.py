@@ -8,13 +8,12 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from outbox import complete_task, report_progress, start_task
-from outbox.tasks import NewTask, create_task
-from outbox.tenants import create_tenant
-from service.streams import Change, Reset, StreamHub, TooManyStreams
-from service.streams import hub as hub_module
-
-from .support import eventually, purge_changes
+from hookrelay.outbox import complete_task, report_progress, start_task
+from hookrelay.outbox.tasks.submit import NewTask, create_task
+from hookrelay.outbox.tenants import create_tenant
+from hookrelay.service.live import Change, Reset, StreamHub, TooManyStreams
+from hookrelay.service.live import hub as hub_module
+from tests.support import eventually, purge_changes
 
 pytestmark = pytest.mark.anyio
 HOOK = "http://127.0.0.1:9/hook"
@@ -212,7 +211,7 @@ async def test_unwatch_and_watch_set(hub, pool, tenant_id) -> None:
 
 
 async def test_a_failed_read_is_retried(hub, pool, tenant_id, monkeypatch) -> None:
-    from outbox.store import changes
+    from hookrelay.outbox.store import changes
 
     monkeypatch.setattr(hub_module, "RETRY_S", 0.01)
     real, failures = changes.changes_after, list[int]()

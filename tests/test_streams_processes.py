@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from .support import ADMIN, bearer, dispatcher_env, free_port, start, wait_for_port
-from .test_streams_sse import Events
+from tests.support import ADMIN, bearer, dispatcher_env, free_port, start, wait_for_port
+from tests.test_streams_sse import Events
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 HOOK = "http://127.0.0.1:9/hook"

@@ -12,10 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
-from service import lifecycle, serving
-from service.app import create_app
-
-from .support import ADMIN, bearer, eventually, free_port, purge_changes
+from hookrelay.service.api.app import create_app
+from hookrelay.service.server import event_loop as serving
+from hookrelay.service.server import lifecycle
+from tests.support import ADMIN, bearer, eventually, free_port, purge_changes
 
 pytestmark = pytest.mark.anyio
 HOOK = "http://127.0.0.1:9/hook"
@@ -273,7 +273,7 @@ async def test_shutdown_ends_open_streams(http, key, served) -> None:
 
 
 async def test_a_failure_mid_stream_ends_it_cleanly(http, key, monkeypatch) -> None:
-    from outbox.store import changes
+    from hookrelay.outbox.store import changes
 
     task_id = await submit(http, key)
 
@@ -293,7 +293,7 @@ async def test_a_resumed_task_stream_ends_with_its_terminal_change_not_yet_numbe
     """The tenant already has a stream here (so the hub numbers nothing on open), and the
     last change, made with no NOTIFY, still waits in the queue: the stream numbers first,
     and so ends with the terminal event rather than with nothing."""
-    from outbox import complete_task, start_task
+    from hookrelay.outbox import complete_task, start_task
 
     task_id = await submit(http, key)
     async with http.stream("GET", "/v1/events", headers=bearer(key)) as open_stream:

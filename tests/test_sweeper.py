@@ -8,15 +8,14 @@ import contextlib
 import asyncpg
 import pytest
 
-from outbox import complete_task
-from outbox.errors import InvalidTransition
-from outbox.store import changes
-from outbox.sweeper import run as sweeper_run
-from outbox.sweeper import sweep_once, sweeping
-from outbox.tasks import NewTask, create_task
-from outbox.tenants import create_tenant
-
-from .support import eventually
+from hookrelay.outbox import complete_task
+from hookrelay.outbox.errors import InvalidTransition
+from hookrelay.outbox.store import changes
+from hookrelay.outbox.tasks.submit import NewTask, create_task
+from hookrelay.outbox.tasks.timeouts import run as sweeper_run
+from hookrelay.outbox.tasks.timeouts import sweep_once, sweeping
+from hookrelay.outbox.tenants import create_tenant
+from tests.support import eventually
 
 pytestmark = pytest.mark.anyio
 URL = "http://127.0.0.1:9/hook"
@@ -42,7 +41,7 @@ async def test_overdue_tasks_time_out(pool, runtime) -> None:
 
 
 async def test_running_tasks_time_out_too(pool, runtime) -> None:
-    from outbox import start_task
+    from hookrelay.outbox import start_task
 
     [tid] = await make(pool, runtime, [0.01])
     async with pool.acquire() as conn:
@@ -98,7 +97,7 @@ async def test_a_sweep_numbers_changes_nobody_announced(pool, runtime) -> None:
 
 
 async def test_a_failing_purge_does_not_stop_the_numbering(pool, runtime, monkeypatch) -> None:
-    from outbox import sweeper
+    from hookrelay.outbox.tasks import timeouts as sweeper
 
     async def broken(*args, **kwargs):
         raise RuntimeError("purge is broken")

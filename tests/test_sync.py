@@ -1,4 +1,4 @@
-"""``outbox.sync`` on SQLAlchemy sync connections and sessions needs no greenlet.
+"""``hookrelay.outbox.sync`` on SQLAlchemy sync connections and sessions needs no greenlet.
 
 ``sqlalchemy.ext.asyncio`` requires greenlet (the ``sqlalchemy[asyncio]`` extra); a
 sync executor that installed plain ``sqlalchemy`` must not pull it in. The check runs
@@ -15,11 +15,10 @@ import textwrap
 import asyncpg
 import pytest
 
-from outbox.tasks import NewTask, create_task
-from outbox.tenants import create_tenant
-
-from .executors import sa_url
-from .support import ROOT
+from hookrelay.outbox.tasks.submit import NewTask, create_task
+from hookrelay.outbox.tenants import create_tenant
+from tests.executors import sa_url
+from tests.support import ROOT
 
 pytestmark = pytest.mark.anyio
 
@@ -39,13 +38,13 @@ CHILD = textwrap.dedent(
     from sqlalchemy import create_engine
     from sqlalchemy.orm import Session
 
-    import outbox.sync
+    import hookrelay.outbox.sync
 
     engine = create_engine(url)
     with engine.begin() as conn:
-        running = outbox.sync.start_task(conn, started)
+        running = hookrelay.outbox.sync.start_task(conn, started)
     with Session(engine) as session, session.begin():
-        done = outbox.sync.complete_task(session, completed, "succeeded", result={"ok": 1})
+        done = hookrelay.outbox.sync.complete_task(session, completed, "succeeded", result={"ok": 1})
     engine.dispose()
     try:
         import sqlalchemy.ext.asyncio  # noqa: F401

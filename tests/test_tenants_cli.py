@@ -6,9 +6,8 @@ import json
 
 import pytest
 
-from outbox.tenants import authenticate
-
-from .support import cli_env, run_cli
+from hookrelay.outbox.tenants import authenticate
+from tests.support import cli_env, run_cli
 
 pytestmark = pytest.mark.anyio
 

@@ -9,12 +9,11 @@ import pytest
 from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
-from outbox.dispatcher import running
-from outbox.tasks import NewTask, create_task
-from outbox.transitions import complete_task
-
-from .receiver import Receiver
-from .support import ADMIN, bearer, dispatcher, wait_drained
+from hookrelay.outbox.dispatch.dispatcher import running
+from hookrelay.outbox.tasks.submit import NewTask, create_task
+from hookrelay.outbox.tasks.transitions import complete_task
+from tests.receiver import Receiver
+from tests.support import ADMIN, bearer, dispatcher, wait_drained
 
 pytestmark = pytest.mark.anyio
 

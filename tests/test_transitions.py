@@ -8,11 +8,11 @@ import json
 import asyncpg
 import pytest
 
-from outbox import complete_task, start_task
-from outbox.errors import InvalidTransition, TaskNotFound
-from outbox.tasks import NewTask, create_task
-from outbox.tenants import create_tenant
-from outbox.transitions import cancel_task, timeout_task
+from hookrelay.outbox import complete_task, start_task
+from hookrelay.outbox.errors import InvalidTransition, TaskNotFound
+from hookrelay.outbox.tasks.submit import NewTask, create_task
+from hookrelay.outbox.tasks.transitions import cancel_task, timeout_task
+from hookrelay.outbox.tenants import create_tenant
 
 pytestmark = pytest.mark.anyio
 

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from outbox.dns import Resolver
-from outbox.ssrf import AddressPolicy
-from outbox.tasks import Cursor
-from service import validation as v
-from service.callback_url import check_callback_url
-from service.errors import BadRequest, Unprocessable
+from hookrelay.outbox.egress.dns import Resolver
+from hookrelay.outbox.egress.ssrf import AddressPolicy
+from hookrelay.outbox.tasks.submit import Cursor
+from hookrelay.service.api import validation as v
+from hookrelay.service.api.callback_url import check_callback_url
+from hookrelay.service.api.errors import BadRequest, Unprocessable
 
 LOOPBACK = AddressPolicy.from_settings("127.0.0.0/8", allow_http=True)
 HOOK = "http://127.0.0.1:9/hook"

@@ -8,10 +8,9 @@ import time
 import httpx
 import pytest
 
-from outbox.db import create_pool
-from service.app import create_app
-
-from .support import ADMIN, bearer, eventually
+from hookrelay.outbox.store.pool import create_pool
+from hookrelay.service.api.app import create_app
+from tests.support import ADMIN, bearer, eventually
 
 pytestmark = pytest.mark.anyio
 HOOK = "http://127.0.0.1:9/hook"

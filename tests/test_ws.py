@@ -11,9 +11,8 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from service import ws_messages as msg
-
-from .support import ADMIN, ADMIN_TOKEN
+from hookrelay.service.live import ws_messages as msg
+from tests.support import ADMIN, ADMIN_TOKEN
 
 pytestmark = pytest.mark.anyio
 
@@ -108,7 +107,7 @@ async def test_plain_http_get_is_426_in_the_error_shape(serve_app) -> None:
 async def test_sigterm_with_sockets_open_closes_them_1012_and_exits(runtime, dsn) -> None:
     import signal
 
-    from .support import dispatcher_env, free_port, start, wait_for_port
+    from tests.support import dispatcher_env, free_port, start, wait_for_port
 
     port = free_port()
     proc = await start("api", dispatcher_env(runtime, dsn, port=str(port), host="127.0.0.1"))

@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from .browser import chromium
-from .support import ADMIN, bearer, dispatcher_env, serving
+from tests.browser import chromium
+from tests.support import ADMIN, bearer, dispatcher_env, serving
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -94,7 +94,7 @@ async def test_the_documented_browser_snippet_follows_a_task(serve, receiver) ->
 
     from playwright.async_api import async_playwright
 
-    from .support import ROOT, eventually
+    from tests.support import ROOT, eventually
 
     text = (ROOT / "docs" / "websocket.md").read_text()
     (snippet,) = re.findall(r"```js\n(.*?)```", text, flags=re.S)

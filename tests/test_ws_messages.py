@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from service import ws_messages as msg
-from service.errors import ApiError
+from hookrelay.service.api.errors import ApiError
+from hookrelay.service.live import ws_messages as msg
 
 
 @pytest.mark.parametrize(

@@ -14,18 +14,17 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect
 
-from outbox import report_progress, start_task
-from outbox.tasks import NewTask, create_task
-from service import ws_messages as msg
-
-from .support import ADMIN, eventually, purge_changes
-from .test_ws import closed_with, new_tenant, recv
+from hookrelay.outbox import report_progress, start_task
+from hookrelay.outbox.tasks.submit import NewTask, create_task
+from hookrelay.service.live import ws_messages as msg
+from tests.support import ADMIN, eventually, purge_changes
+from tests.test_ws import closed_with, new_tenant, recv
 
 pytestmark = pytest.mark.anyio
 
 
 async def tenant_of(pool: asyncpg.Pool, key: str) -> str:
-    from outbox.tenants import authenticate
+    from hookrelay.outbox.tenants import authenticate
 
     async with pool.acquire() as conn:
         tenant_id = await authenticate(conn, key)
@@ -310,8 +309,8 @@ async def test_past_the_retained_log_resume_says_reset_and_goes_on(serve_app, po
 
 
 async def test_the_database_away_is_said_and_the_socket_stays(serve_app, pool, monkeypatch) -> None:
-    from outbox.store import changes
-    from service.routes import ws as route
+    from hookrelay.outbox.store import changes
+    from hookrelay.service.api.routes import ws as route
 
     async def away(*args: Any, **kwargs: Any) -> Any:
         raise asyncpg.CannotConnectNowError("the database system is starting up")

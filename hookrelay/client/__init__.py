@@ -13,9 +13,8 @@ one tree (:mod:`hookrelay.client.errors`); retries and backoff are described in
 :mod:`hookrelay.client.retry` and :mod:`hookrelay.client.backoff`.
 """
 
-from ..models import Attempt, Delivery, Progress, Task, TaskStatus, TerminalStatus, TestEvent
-from .aio import AsyncClient
-from .errors import (
+from hookrelay.client.aio import AsyncClient
+from hookrelay.client.errors import (
     ApiError,
     Conflict,
     Forbidden,
@@ -28,8 +27,17 @@ from .errors import (
     Unauthorized,
     WaitTimeout,
 )
-from .following import TaskEvent
-from .sync import Client
+from hookrelay.client.following import TaskEvent
+from hookrelay.client.sync import Client
+from hookrelay.models import (
+    Attempt,
+    Delivery,
+    Progress,
+    Task,
+    TaskStatus,
+    TerminalStatus,
+    TestEvent,
+)
 
 __all__ = [
     "ApiError",

@@ -13,11 +13,11 @@ from typing import Any
 
 import httpx
 
-from ..models import Attempt, Task, TaskStatus, TerminalStatus, TestEvent
-from . import calls, following, retry, waiting
-from .aio_driver import AsyncDriver
-from .backoff import AsyncClock, AsyncSystemClock
-from .base import Settings
+from hookrelay.client import calls, following, retry, waiting
+from hookrelay.client.aio_driver import AsyncDriver
+from hookrelay.client.backoff import AsyncClock, AsyncSystemClock
+from hookrelay.client.base import Settings
+from hookrelay.models import Attempt, Task, TaskStatus, TerminalStatus, TestEvent
 
 
 class AsyncClient:

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from .errors import TransportError, from_response
-from .ops import Call
+from hookrelay.client.errors import TransportError, from_response
+from hookrelay.client.ops import Call
 
 # Raised before the request could leave: sending it again cannot repeat anything.
 UNSENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)

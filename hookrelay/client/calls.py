@@ -15,9 +15,9 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
-from ..models import Attempt, Task, TerminalStatus, TestEvent
-from .errors import Conflict
-from .ops import Call, Emit, Plan, Reply, Send
+from hookrelay.client.errors import Conflict
+from hookrelay.client.ops import Call, Emit, Plan, Reply, Send
+from hookrelay.models import Attempt, Task, TerminalStatus, TestEvent
 
 
 def task_path(task_id: str, tail: str = "") -> str:

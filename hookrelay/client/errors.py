@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from ..models import Task
+from hookrelay.models import Task
 
 __all__ = [
     "ApiError",

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-from ..models import Task
-from .backoff import Backoff, Clock
-from .calls import page, task_path
-from .errors import ApiError, RateLimited, ServerError, TransportError
-from .ops import Call, Emit, Next, Open, Plan, Sleep
-from .sse import ServerEvent
+from hookrelay.client.backoff import Backoff, Clock
+from hookrelay.client.calls import page, task_path
+from hookrelay.client.errors import ApiError, RateLimited, ServerError, TransportError
+from hookrelay.client.ops import Call, Emit, Next, Open, Plan, Sleep
+from hookrelay.client.sse import ServerEvent
+from hookrelay.models import Task
 
 # The server sends a ping every 15 s of silence: three missed is a dead connection.
 READ_TIMEOUT_S = 45.0

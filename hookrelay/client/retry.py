@@ -18,9 +18,9 @@ from typing import Any
 
 from tenacity import RetryCallState, retry_if_exception, stop_after_attempt
 
-from . import backoff
-from .errors import ApiError, Conflict, RateLimited, ServerError, TransportError
-from .ops import Retry
+from hookrelay.client import backoff
+from hookrelay.client.errors import ApiError, Conflict, RateLimited, ServerError, TransportError
+from hookrelay.client.ops import Retry
 
 DEFAULT_ATTEMPTS = 5
 

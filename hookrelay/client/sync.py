@@ -8,11 +8,11 @@ from typing import Any
 
 import httpx
 
-from ..models import Attempt, Task, TaskStatus, TerminalStatus, TestEvent
-from . import calls, following, retry, waiting
-from .backoff import SyncClock, SystemClock
-from .base import Settings
-from .sync_driver import SyncDriver
+from hookrelay.client import calls, following, retry, waiting
+from hookrelay.client.backoff import SyncClock, SystemClock
+from hookrelay.client.base import Settings
+from hookrelay.client.sync_driver import SyncDriver
+from hookrelay.models import Attempt, Task, TaskStatus, TerminalStatus, TestEvent
 
 
 class Client:

@@ -8,12 +8,12 @@ from typing import Any, TypeVar, cast
 import httpx
 from tenacity import Retrying
 
-from . import retry
-from .backoff import SyncClock
-from .base import Settings, check, failed, request_for
-from .errors import ApiError
-from .ops import Emit, Next, Open, Plan, Reply, Send, Sleep
-from .sse import Parser, ServerEvent
+from hookrelay.client import retry
+from hookrelay.client.backoff import SyncClock
+from hookrelay.client.base import Settings, check, failed, request_for
+from hookrelay.client.errors import ApiError
+from hookrelay.client.ops import Emit, Next, Open, Plan, Reply, Send, Sleep
+from hookrelay.client.sse import Parser, ServerEvent
 
 T = TypeVar("T")
 

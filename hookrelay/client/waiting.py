@@ -10,11 +10,18 @@ than ``Retry-After``. Any change resets that schedule.
 
 from __future__ import annotations
 
-from ..models import Task
-from .backoff import Backoff, Clock
-from .calls import TaskCache, task_path
-from .errors import ApiError, RateLimited, ServerError, TransportError, WaitTimeout, retry_after
-from .ops import Call, Plan, Send, Sleep
+from hookrelay.client.backoff import Backoff, Clock
+from hookrelay.client.calls import TaskCache, task_path
+from hookrelay.client.errors import (
+    ApiError,
+    RateLimited,
+    ServerError,
+    TransportError,
+    WaitTimeout,
+    retry_after,
+)
+from hookrelay.client.ops import Call, Plan, Send, Sleep
+from hookrelay.models import Task
 
 MAX_HOLD_S = 30.0
 # Beyond the hold, how long the answer may take to arrive before the poll is lost.

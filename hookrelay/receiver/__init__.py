@@ -14,9 +14,15 @@ Adapters, each imported only when you import it (so only its framework is needed
 :mod:`hookrelay.receiver.postgres`.
 """
 
-from .dedupe import AsyncSeen, MemorySeen, Seen
-from .errors import BadSignature, InvalidPayload, MissingHeader, StaleTimestamp, VerificationError
-from .signatures import Verifier, WebhookEvent, verify
+from hookrelay.receiver.dedupe import AsyncSeen, MemorySeen, Seen
+from hookrelay.receiver.errors import (
+    BadSignature,
+    InvalidPayload,
+    MissingHeader,
+    StaleTimestamp,
+    VerificationError,
+)
+from hookrelay.receiver.signatures import Verifier, WebhookEvent, verify
 
 __all__ = [
     "AsyncSeen",

@@ -21,8 +21,8 @@ from typing import Any, cast
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from .errors import VerificationError
-from .signatures import DEFAULT_TOLERANCE_S, Verifier, WebhookEvent
+from hookrelay.receiver.errors import VerificationError
+from hookrelay.receiver.signatures import DEFAULT_TOLERANCE_S, Verifier, WebhookEvent
 
 __all__ = ["webhook"]
 

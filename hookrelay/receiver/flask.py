@@ -18,8 +18,8 @@ from typing import Any
 
 from flask import request
 
-from .errors import VerificationError
-from .signatures import DEFAULT_TOLERANCE_S, Verifier
+from hookrelay.receiver.errors import VerificationError
+from hookrelay.receiver.signatures import DEFAULT_TOLERANCE_S, Verifier
 
 __all__ = ["webhook"]
 

@@ -23,8 +23,8 @@ from typing import Any
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ..models import Task
-from .errors import BadSignature, InvalidPayload, MissingHeader, StaleTimestamp
+from hookrelay.models import Task
+from hookrelay.receiver.errors import BadSignature, InvalidPayload, MissingHeader, StaleTimestamp
 
 DEFAULT_TOLERANCE_S = 300.0
 HMAC, ED25519 = "v1", "v1a"

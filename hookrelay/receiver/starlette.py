@@ -22,8 +22,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from .errors import VerificationError
-from .signatures import DEFAULT_TOLERANCE_S, Verifier, WebhookEvent
+from hookrelay.receiver.errors import VerificationError
+from hookrelay.receiver.signatures import DEFAULT_TOLERANCE_S, Verifier, WebhookEvent
 
 __all__ = ["VerifiedWebhook", "webhook_endpoint"]
 

@@ -1,5 +1,5 @@
 -- 0006: lanes. A lane is one tenant's events to one host; the dispatcher's
--- scheduler (outbox/scheduler.py) hands out free slots lane by lane. The index
+-- scheduler (outbox/dispatch/scheduler.py) hands out free slots lane by lane. The index
 -- keeps each lane's rows together in due order, so finding the lanes with due
 -- work is two index probes per lane (a skip scan), and a lane's claim reads
 -- only the rows it takes, however many rows wait elsewhere. It replaces the

@@ -1,6 +1,6 @@
 """The typed store: the only code that runs SQL.
 
-Every statement of ``outbox/queries.sql`` has one function here, taking an
+Every statement of ``outbox/sql/queries.sql`` has one function here, taking an
 asyncpg connection first and keyword-only arguments, and returning frozen
 dataclasses (never an ``asyncpg.Record``). A shifted ``$n`` argument is a
 type error at the call, not a silent wrong write. The statements an executor's
@@ -23,7 +23,7 @@ drivers run on asyncpg, psycopg 3 or SQLAlchemy. One module per area:
   extras); :mod:`.via_sqlalchemy_async` the async SQLAlchemy one (it needs greenlet)
 """
 
-from . import (
+from hookrelay.outbox.store import (
     changes,
     deadletters,
     delivery,
@@ -35,9 +35,9 @@ from . import (
     tasks,
     tenants,
 )
-from .changes import CHANGES_CHANNEL
-from .events import OUTBOX_CHANNEL, TASKS_CHANNEL
-from .tenants import KEYS_CHANNEL
+from hookrelay.outbox.store.changes import CHANGES_CHANNEL
+from hookrelay.outbox.store.events import OUTBOX_CHANNEL, TASKS_CHANNEL
+from hookrelay.outbox.store.tenants import KEYS_CHANNEL
 
 __all__ = [
     "CHANGES_CHANNEL",

@@ -14,8 +14,8 @@ from datetime import datetime
 
 import asyncpg
 
-from .._queries import sql
-from ..models import Task
+from hookrelay.outbox.models import Task
+from hookrelay.outbox.sql import sql
 
 # The numberer's NOTIFY channel, one notification per batch (parse_changed reads it).
 CHANGES_CHANNEL = "hookrelay_changes"

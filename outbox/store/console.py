@@ -10,10 +10,10 @@ from typing import Any
 
 import asyncpg
 
-from .._queries import sql
-from ..models import Attempt, AuditAction, EventId, TaskId, TenantId
-from .deadletters import DeadLetterFilter
-from .events import OUTBOX_CHANNEL
+from hookrelay.outbox.models import Attempt, AuditAction, EventId, TaskId, TenantId
+from hookrelay.outbox.sql import sql
+from hookrelay.outbox.store.deadletters import DeadLetterFilter
+from hookrelay.outbox.store.events import OUTBOX_CHANNEL
 
 _COUNT_DEAD_LETTERS = sql("count_dead_letters")
 _OVERVIEW = sql("ops_overview")

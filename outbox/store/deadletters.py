@@ -8,9 +8,9 @@ from typing import Any
 
 import asyncpg
 
-from .._queries import sql
-from ..models import ErrorClass, EventId, TaskId, TenantId
-from .events import OutboxEvent
+from hookrelay.outbox.models import ErrorClass, EventId, TaskId, TenantId
+from hookrelay.outbox.sql import sql
+from hookrelay.outbox.store.events import OutboxEvent
 
 _LIST_DEAD_LETTERS = sql("list_dead_letters")
 _GET_DEAD_LETTER = sql("get_dead_letter")

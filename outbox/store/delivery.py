@@ -10,8 +10,8 @@ from uuid import UUID
 
 import asyncpg
 
-from .._queries import sql
-from ..models import CircuitState, EventId, Outcome, TaskId, TenantId
+from hookrelay.outbox.models import CircuitState, EventId, Outcome, TaskId, TenantId
+from hookrelay.outbox.sql import sql
 
 _DUE_LANES = sql("due_lanes")
 _CLAIM_LANES = sql("claim_lanes")

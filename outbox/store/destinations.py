@@ -7,8 +7,8 @@ from datetime import datetime
 
 import asyncpg
 
-from .._queries import sql
-from ..models import CircuitState
+from hookrelay.outbox.models import CircuitState
+from hookrelay.outbox.sql import sql
 
 _TAKE_PROBES = sql("take_probes")
 _LIST_DESTINATIONS = sql("list_destinations")

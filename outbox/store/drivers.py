@@ -1,11 +1,11 @@
-"""Running a plan (``outbox.store.steps``) on the caller's connection, whatever its driver.
+"""Running a plan (``hookrelay.outbox.store.steps``) on the caller's connection, whatever its driver.
 
 A driver does two things: open an atomic block on the caller's connection, and
 run one step, giving back the row as asyncpg would (a mapping; jsonb decoded,
 timestamps in UTC). The atomic block is a savepoint if the caller has a
 transaction open, else a transaction of its own, as asyncpg's and psycopg's
 ``transaction()`` do; under SQLAlchemy it is SQLAlchemy's own nested
-transaction (``outbox.store.via_sqlalchemy``).
+transaction (``hookrelay.outbox.store.drivers.sqlalchemy``).
 
 The driver is picked by the connection's type, once per type. psycopg and
 SQLAlchemy are optional extras: their modules are imported only when one of
@@ -21,8 +21,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any, Protocol, TypeVar, cast
 
-from ..errors import DatabaseUnavailable
-from .steps import Plan, Row, Step
+from hookrelay.outbox.errors import DatabaseUnavailable
+from hookrelay.outbox.store.steps import Plan, Row, Step
 
 T = TypeVar("T")
 
@@ -133,7 +133,7 @@ _ASYNC: dict[type, Callable[[Any], AsyncDriver]] = {}
 _SYNC: dict[type, Callable[[Any], SyncDriver]] = {}
 _TAKES = (
     "an asyncpg connection, a psycopg AsyncConnection, or a SQLAlchemy AsyncConnection or "
-    "AsyncSession (outbox.sync takes a psycopg Connection, or a SQLAlchemy Connection or Session)"
+    "AsyncSession (hookrelay.outbox.sync takes a psycopg Connection, or a SQLAlchemy Connection or Session)"
 )
 
 
@@ -167,16 +167,16 @@ def _pick(cls: type, *, sync: bool) -> Callable[[Any], Any]:
     if kind == "asyncpg" and not sync:
         return AsyncpgDriver
     if kind == "psycopg":
-        from . import via_psycopg
+        from hookrelay.outbox.store.drivers import psycopg as via_psycopg
 
         make = via_psycopg.driver_for(cls, sync=sync)
     elif kind == "sqlalchemy":
-        from . import via_sqlalchemy
+        from hookrelay.outbox.store.drivers import sqlalchemy as via_sqlalchemy
 
         make = via_sqlalchemy.driver_for(cls, sync=sync)
     else:
         make = None
     if make is None:
-        what = "outbox.sync" if sync else "outbox"
+        what = "hookrelay.outbox.sync" if sync else "outbox"
         raise TypeError(f"{what}: cannot run on a {cls.__module__}.{cls.__qualname__}; {_TAKES}")
     return make

@@ -8,9 +8,9 @@ from typing import get_args
 
 import asyncpg
 
-from .._queries import sql
-from ..models import Attempt, EventId, TaskId, TestEventStatus
-from .steps import Step
+from hookrelay.outbox.models import Attempt, EventId, TaskId, TestEventStatus
+from hookrelay.outbox.sql import sql
+from hookrelay.outbox.store.steps import Step
 
 OUTBOX_CHANNEL = "hookrelay_outbox"
 TASKS_CHANNEL = "hookrelay_tasks"

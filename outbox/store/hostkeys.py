@@ -1,10 +1,10 @@
-"""The host-key migration's statements: stored keys rewritten to ``outbox.hostkey`` form."""
+"""The host-key migration's statements: stored keys rewritten to ``hookrelay.outbox.dispatch.destinations`` form."""
 
 from __future__ import annotations
 
 import asyncpg
 
-from .._queries import sql
+from hookrelay.outbox.sql import sql
 
 _DESTINATION_URLS = sql("destination_urls")
 _REKEY_OUTBOX = sql("rekey_outbox")

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from .._queries import sql
-from ..models import TenantId
+from hookrelay.outbox.models import TenantId
+from hookrelay.outbox.sql import sql
 
 _MASTER_KEY_CHECK = sql("master_key_check")
 _LOCK = sql("lock_master_key_check")

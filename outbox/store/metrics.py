@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from .._queries import sql
+from hookrelay.outbox.sql import sql
 
 _PING = sql("ping")
 _OLDEST_TRANSACTION = sql("oldest_transaction")

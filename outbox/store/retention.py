@@ -6,8 +6,8 @@ from datetime import datetime
 
 import asyncpg
 
-from .._queries import sql
-from ..models import TERMINAL_STATUSES
+from hookrelay.outbox.models import TERMINAL_STATUSES
+from hookrelay.outbox.sql import sql
 
 _PURGE_ATTEMPTS = sql("purge_attempts")
 _PURGE_TASKS = sql("purge_tasks")

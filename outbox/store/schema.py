@@ -6,7 +6,7 @@ from datetime import datetime
 
 import asyncpg
 
-from .._queries import sql
+from hookrelay.outbox.sql import sql
 
 _LOCK = sql("apply_schema_lock")
 _CREATE_SCHEMA_VERSION = sql("create_schema_version")

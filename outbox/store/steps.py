@@ -4,7 +4,7 @@ An operation that executors call from their own transaction (complete a task,
 report progress) is written as a *plan*: a generator that yields the
 :class:`Step` it needs next and is sent back that step's decoded result. The
 plan holds the logic and never touches a connection, so the same plan runs on
-asyncpg, psycopg 3 or SQLAlchemy, sync or async (``outbox.store.drivers``).
+asyncpg, psycopg 3 or SQLAlchemy, sync or async (``hookrelay.outbox.store.drivers``).
 Steps are built by the store modules that own their statements.
 """
 

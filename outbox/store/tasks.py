@@ -2,7 +2,7 @@
 
 The statements an executor's transaction runs (lookup, transition, progress and
 its NOTIFY) are also offered as :class:`~.steps.Step` values, for the plans of
-``outbox.transitions`` and ``outbox.progress`` to run on any driver.
+``hookrelay.outbox.tasks.transitions`` and ``hookrelay.outbox.tasks.progress`` to run on any driver.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from typing import Any
 
 import asyncpg
 
-from .._queries import sql
-from ..errors import IdempotencyInFlight
-from ..models import LIVE_STATUSES, EventId, Task, TaskId, TaskStatus
-from .events import TASKS_CHANNEL
-from .steps import Step
+from hookrelay.outbox.errors import IdempotencyInFlight
+from hookrelay.outbox.models import LIVE_STATUSES, EventId, Task, TaskId, TaskStatus
+from hookrelay.outbox.sql import sql
+from hookrelay.outbox.store.events import TASKS_CHANNEL
+from hookrelay.outbox.store.steps import Step
 
 _INSERT_TASK = sql("insert_task")
 _INSERT_TASK_KEYED = sql("insert_task_keyed")

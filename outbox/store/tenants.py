@@ -8,8 +8,8 @@ from datetime import datetime
 
 import asyncpg
 
-from .._queries import sql
-from ..models import KeyScheme, SignatureScheme, TenantId
+from hookrelay.outbox.models import KeyScheme, SignatureScheme, TenantId
+from hookrelay.outbox.sql import sql
 
 _INSERT_TENANT = sql("insert_tenant")
 _INSERT_SECRET = sql("insert_secret")

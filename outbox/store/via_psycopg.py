@@ -1,11 +1,11 @@
-"""psycopg 3 connections as plan drivers (``outbox.store.drivers``), sync and async.
+"""psycopg 3 connections as plan drivers (``hookrelay.outbox.store.drivers``), sync and async.
 
 Raw cursors take PostgreSQL's own ``$n`` placeholders, so ``queries.sql`` runs
 unchanged. What differs from asyncpg is evened out here: jsonb arguments are
 wrapped (psycopg does not know a dict is meant as jsonb), rows come back as
 dicts with timestamps in UTC (psycopg gives the session's time zone; bodies and
 etags are written in UTC), and a lost connection is told apart (for
-:class:`~outbox.errors.DatabaseUnavailable`).
+:class:`~hookrelay.outbox.errors.DatabaseUnavailable`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from .steps import Row, Step
+from hookrelay.outbox.store.steps import Row, Step
 
 _LOST = (psycopg.OperationalError, psycopg.InterfaceError)
 

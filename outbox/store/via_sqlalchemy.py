@@ -1,4 +1,4 @@
-"""SQLAlchemy 2 connections and sessions as plan drivers (``outbox.store.drivers``).
+"""SQLAlchemy 2 connections and sessions as plan drivers (``hookrelay.outbox.store.drivers``).
 
 The statements run on the driver connection underneath (asyncpg or psycopg 3,
 through their own drivers), inside a SAVEPOINT that SQLAlchemy opens and
@@ -24,8 +24,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from .drivers import AsyncDriver, AsyncpgDriver, SyncDriver, family
-from .steps import Row, Step
+from hookrelay.outbox.store.drivers import AsyncDriver, AsyncpgDriver, SyncDriver, family
+from hookrelay.outbox.store.steps import Row, Step
 
 _DIALECTS = "use a postgresql+asyncpg:// or postgresql+psycopg:// engine"
 
@@ -35,7 +35,7 @@ def inner_driver(raw: Any, *, sync: bool) -> Any:
     if kind == "asyncpg" and not sync:
         return AsyncpgDriver(raw, borrowed=True)
     if kind == "psycopg":
-        from . import via_psycopg
+        from hookrelay.outbox.store.drivers import psycopg as via_psycopg
 
         found = via_psycopg.wrap(raw, sync=sync)
         if found is not None:
@@ -79,6 +79,10 @@ def driver_for(cls: type, *, sync: bool) -> Callable[[Any], Any] | None:
     """The driver class for SQLAlchemy objects of type ``cls``, or None if not one."""
     if sync:
         return SyncAlchemy if issubclass(cls, Connection | Session) else None
-    from .via_sqlalchemy_async import AsyncAlchemy, AsyncConnection, AsyncSession
+    from hookrelay.outbox.store.drivers.sqlalchemy_async import (
+        AsyncAlchemy,
+        AsyncConnection,
+        AsyncSession,
+    )
 
     return AsyncAlchemy if issubclass(cls, AsyncConnection | AsyncSession) else None

@@ -12,9 +12,9 @@ from contextlib import asynccontextmanager
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from .drivers import AsyncDriver
-from .steps import Row, Step
-from .via_sqlalchemy import inner_driver, lost
+from hookrelay.outbox.store.drivers import AsyncDriver
+from hookrelay.outbox.store.drivers.sqlalchemy import inner_driver, lost
+from hookrelay.outbox.store.steps import Row, Step
 
 __all__ = ["AsyncAlchemy", "AsyncConnection", "AsyncSession"]
 

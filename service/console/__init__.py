@@ -19,11 +19,10 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from outbox.errors import OutboxError
-
-from ..errors import ApiError, answer_for
-from . import pages
-from .security import (
+from hookrelay.outbox.errors import OutboxError
+from hookrelay.service.api.errors import ApiError, answer_for
+from hookrelay.service.console import pages
+from hookrelay.service.console.security import (
     SESSION_COOKIE,
     SESSION_MAX_AGE_S,
     FormRejected,
@@ -35,7 +34,7 @@ from .security import (
     sign_in,
     signed_in,
 )
-from .views import page
+from hookrelay.service.console.views import page
 
 log = logging.getLogger("hookrelay.ops")
 Handler = Callable[[Request], Awaitable[Response]]

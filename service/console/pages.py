@@ -11,20 +11,19 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from outbox import ops
-from outbox.deadletters import DeadLetterFilter, list_dead_letters
-from outbox.errors import OutboxError
-from outbox.models import ErrorClass
-from outbox.redelivery import redeliver
-from outbox.store import console as store
-from outbox.store import destinations as destination_store
-from outbox.tasks import Cursor, get_task
-from outbox.tenants import create_tenant, list_tenants, rotate_api_key, rotate_secret
-
-from .. import validation
-from ..errors import BadRequest
-from .security import FormRejected, check_csrf, read_form
-from .views import age, chart, page, when
+from hookrelay.outbox.errors import OutboxError
+from hookrelay.outbox.models import ErrorClass
+from hookrelay.outbox.ops import audit as ops
+from hookrelay.outbox.ops.dead_letters import DeadLetterFilter, list_dead_letters
+from hookrelay.outbox.store import console as store
+from hookrelay.outbox.store import destinations as destination_store
+from hookrelay.outbox.tasks.redelivery import redeliver
+from hookrelay.outbox.tasks.submit import Cursor, get_task
+from hookrelay.outbox.tenants import create_tenant, list_tenants, rotate_api_key, rotate_secret
+from hookrelay.service.api import validation
+from hookrelay.service.api.errors import BadRequest
+from hookrelay.service.console.security import FormRejected, check_csrf, read_form
+from hookrelay.service.console.views import age, chart, page, when
 
 ERROR_CLASSES: tuple[str, ...] = get_args(ErrorClass)
 FILTER_FIELDS = ("tenant", "eventType", "since", "until", "status", "errorClass")

@@ -8,15 +8,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from outbox.models import SignatureScheme, iso
-from outbox.signingkeys import rotate_secret
-from outbox.tasks import Cursor
-from outbox.tenants import create_tenant, list_tenants, rotate_api_key
-
-from .. import validation
-from ..auth import require_admin
-from ..bodies import read_json
-from ..errors import Unprocessable
+from hookrelay.outbox.keys.signing_keys import rotate_secret
+from hookrelay.outbox.models import SignatureScheme, iso
+from hookrelay.outbox.tasks.submit import Cursor
+from hookrelay.outbox.tenants import create_tenant, list_tenants, rotate_api_key
+from hookrelay.service.api import validation
+from hookrelay.service.api.auth import require_admin
+from hookrelay.service.api.bodies import read_json
+from hookrelay.service.api.errors import Unprocessable
 
 MAX_NAME = 200
 

@@ -9,20 +9,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from outbox import ops
-from outbox.deadletters import (
+from hookrelay.outbox.models import iso
+from hookrelay.outbox.ops import audit as ops
+from hookrelay.outbox.ops.dead_letters import (
     DeadLetterFilter,
     get_dead_letter,
     list_dead_letters,
     to_resource,
 )
-from outbox.models import iso
-from outbox.tasks import Cursor
-
-from .. import validation
-from ..auth import require_admin
-from ..bodies import read_json
-from ..errors import Unprocessable
+from hookrelay.outbox.tasks.submit import Cursor
+from hookrelay.service.api import validation
+from hookrelay.service.api.auth import require_admin
+from hookrelay.service.api.bodies import read_json
+from hookrelay.service.api.errors import Unprocessable
 
 FILTER_FIELDS = {"tenant", "since", "until", "eventType"}
 MAX_REASON = 500

@@ -6,11 +6,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from outbox.models import iso
-from outbox.store import destinations
-
-from .. import validation
-from ..auth import require_admin
+from hookrelay.outbox.models import iso
+from hookrelay.outbox.store import destinations
+from hookrelay.service.api import validation
+from hookrelay.service.api.auth import require_admin
 
 
 async def index(request: Request) -> Response:

@@ -1,7 +1,7 @@
 """``/docs``: the API reference, Swagger UI rendering ``/openapi.json``, served from the package;
 and ``/docs/follow``, a page that follows one task live over ``GET /v1/ws``.
 
-The Swagger UI build is vendored under ``service/static/swagger-ui`` (Apache-2.0, its
+The Swagger UI build is vendored under ``service/api/static/swagger-ui`` (Apache-2.0, its
 LICENSE and NOTICE beside it), so the page works offline and loads nothing from a CDN.
 """
 
@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, Response
 from starlette.routing import Route
 
-from ..errors import NotFound
+from hookrelay.service.api.errors import NotFound
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 CSS, JS, TEXT = (f"text/{kind}; charset=utf-8" for kind in ("css", "javascript", "plain"))

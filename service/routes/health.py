@@ -8,7 +8,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from outbox.store.metrics import ping
+from hookrelay.outbox.store.metrics import ping
 
 READY_TIMEOUT_S = 2.0
 

@@ -8,10 +8,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from outbox.store import destinations
-from outbox.store import metrics as gauges
-
-from ..auth import require_metrics_reader
+from hookrelay.outbox.store import destinations
+from hookrelay.outbox.store import metrics as gauges
+from hookrelay.service.api.auth import require_metrics_reader
 
 # A running task this long without a sign of life is probably stuck.
 STUCK_AFTER_S = 600.0

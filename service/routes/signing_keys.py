@@ -6,10 +6,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from outbox.models import iso
-from outbox.signingkeys import SigningKeyRow, signing_keys
-
-from ..auth import require_tenant
+from hookrelay.outbox.keys.signing_keys import SigningKeyRow, signing_keys
+from hookrelay.outbox.models import iso
+from hookrelay.service.api.auth import require_tenant
 
 
 def _key(row: SigningKeyRow) -> dict[str, object]:

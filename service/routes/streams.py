@@ -13,16 +13,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from outbox.models import Task
-from outbox.store import changes
-from outbox.tasks import get_task
-
-from .. import guard
-from ..auth import require_tenant
-from ..errors import NotFound
-from ..streams import Change, Reset, StreamHub, Subscription
-from ..streams.changes import render
-from ..streams.sse import EventStream, frame, items, reset_frame, task_frame
+from hookrelay.outbox.models import Task
+from hookrelay.outbox.store import changes
+from hookrelay.outbox.tasks.submit import get_task
+from hookrelay.service.api import request_guard as guard
+from hookrelay.service.api.auth import require_tenant
+from hookrelay.service.api.errors import NotFound
+from hookrelay.service.live import Change, Reset, StreamHub, Subscription
+from hookrelay.service.live.changes import render
+from hookrelay.service.live.sse import EventStream, frame, items, reset_frame, task_frame
 
 MAX_ID = 2**62  # fits a bigint with room to spare, whatever the client sends
 REPLAY_PAGE = 500

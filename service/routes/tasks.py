@@ -11,15 +11,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from outbox import progress as outbox_progress
-from outbox import redelivery, transitions
-from outbox.models import ALL_STATUSES, Task
-from outbox.tasks import Idempotency, create_task, get_task
-
-from .. import listing, validation
-from ..auth import Caller, caller, require_admin, require_tenant
-from ..bodies import read_json
-from ..errors import NotFound, Unprocessable
+from hookrelay.outbox.models import ALL_STATUSES, Task
+from hookrelay.outbox.tasks import progress as outbox_progress
+from hookrelay.outbox.tasks import redelivery, transitions
+from hookrelay.outbox.tasks.submit import Idempotency, create_task, get_task
+from hookrelay.service.api import listing, validation
+from hookrelay.service.api.auth import Caller, caller, require_admin, require_tenant
+from hookrelay.service.api.bodies import read_json
+from hookrelay.service.api.errors import NotFound, Unprocessable
 
 RETRY_AFTER_S = "1"
 Change = Callable[[asyncpg.Connection, str], Awaitable[Task]]
@@ -130,7 +129,7 @@ async def index(request: Request) -> Response:
 
 
 # The API's own writes send no NOTIFY in their transaction (``notify=False``):
-# ``_apply`` signals after the commit instead (service/signals.py says why).
+# ``_apply`` signals after the commit instead (service/live/wakeups.py says why).
 
 
 async def start(request: Request) -> Response:

@@ -19,10 +19,10 @@ from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from .. import ws_messages as msg
-from ..auth import identify
-from ..errors import error_response
-from ..ws_session import UNAVAILABLE, Session
+from hookrelay.service.api.auth import identify
+from hookrelay.service.api.errors import error_response
+from hookrelay.service.live import ws_messages as msg
+from hookrelay.service.live.ws_session import UNAVAILABLE, Session
 
 log = logging.getLogger("hookrelay.api")
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from outbox.models import TERMINAL, TaskStatus
-from outbox.store.changes import LoggedChange
+from hookrelay.outbox.models import TERMINAL, TaskStatus
+from hookrelay.outbox.store.changes import LoggedChange
 
 # Why a subscription ended: its consumer fell behind by more than its queue,
 # the process is shutting down, or it was closed by its owner.

@@ -22,13 +22,12 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from outbox.listener import Listener
-from outbox.store import CHANGES_CHANNEL, TASKS_CHANNEL, changes
-
-from ..coalesce import Coalesced
-from ..errors import ApiError, ServiceUnavailable
-from .changes import Change, Reset
-from .subscription import Subscription
+from hookrelay.outbox.store import CHANGES_CHANNEL, TASKS_CHANNEL, changes
+from hookrelay.outbox.store.listener import Listener
+from hookrelay.service.api.errors import ApiError, ServiceUnavailable
+from hookrelay.service.live.changes import Change, Reset
+from hookrelay.service.live.coalesce import Coalesced
+from hookrelay.service.live.subscription import Subscription
 
 log = logging.getLogger("hookrelay.streams")
 PAGE = 500  # changes per read of the log

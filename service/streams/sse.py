@@ -18,8 +18,8 @@ import anyio
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from .changes import Change, Reset, render
-from .subscription import Subscription
+from hookrelay.service.live.changes import Change, Reset, render
+from hookrelay.service.live.subscription import Subscription
 
 log = logging.getLogger("hookrelay.streams")
 PING = b": ping\n\n"

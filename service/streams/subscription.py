@@ -15,10 +15,10 @@ from collections import deque
 from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING
 
-from .changes import Change, DropReason, Reset
+from hookrelay.service.live.changes import Change, DropReason, Reset
 
 if TYPE_CHECKING:
-    from .hub import StreamHub
+    from hookrelay.service.live.hub import StreamHub
 
 
 class Subscription:
