@@ -59,15 +59,19 @@ def service_env(
 
 
 def wait_for_port(
-    port: int, proc: subprocess.Popen[bytes] | None = None, timeout: float = 30.0
+    port: int,
+    proc: subprocess.Popen[bytes] | None = None,
+    timeout: float = 30.0,
+    *,
+    host: str = "127.0.0.1",
 ) -> None:
-    """Return once something accepts on ``port``; fail early if ``proc`` exits first."""
+    """Return once something accepts on ``host:port``; fail early if ``proc`` exits first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"process exited with {proc.returncode} before listening")
         with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
+            if s.connect_ex((host, port)) == 0:
                 return
         time.sleep(0.05)
     raise RuntimeError(f"nothing listening on port {port}")
