@@ -32,6 +32,7 @@ from hookrelay.outbox.errors import (
     TaskNotFound,
 )
 from hookrelay.outbox.store.drivers import async_driver
+from hookrelay.outbox.store.tasks import JSON_COLUMNS
 from hookrelay.outbox.tasks.state_changes import event_body
 from hookrelay.outbox.tasks.submit import NewTask, create_task
 from hookrelay.outbox.tenants import create_tenant
@@ -142,6 +143,17 @@ async def test_json_of_every_shape_is_written_and_read_alike(
     assert stored is not None and stored == done
     raw = await pool.fetchval("SELECT body FROM events WHERE task_id = $1", task_id)
     assert raw == event_body(stored)
+
+
+async def test_every_jsonb_column_of_a_task_is_read_as_text(pool) -> None:
+    """``_task_as_text`` casts each, so no driver's codec (or lack of one) decides."""
+    jsonb = await pool.fetch(
+        "SELECT column_name FROM information_schema.columns"
+        " WHERE table_name = 'tasks' AND data_type = 'jsonb'"
+    )
+    assert {r["column_name"] for r in jsonb} == set(JSON_COLUMNS)
+    step = hookrelay.outbox.store.tasks.get_step(task_id="task_x")
+    assert all(f"{name}::text AS {name}" in step.sql for name in JSON_COLUMNS)
 
 
 async def test_an_asyncpg_pool_made_with_no_init(pool, runtime, dsn) -> None:
