@@ -123,9 +123,12 @@ def python_blocks(kind: str) -> list[str]:
 
 async def test_executor_examples_run_as_written(pool: asyncpg.Pool, runtime) -> None:
     """Each executor example (asyncpg, psycopg, SQLAlchemy) completes a task with the
-    caller's own write, given the names the text calls yours."""
+    caller's own write, given the names the text calls yours: ``dsn`` only, so each
+    makes its own connection the plain way (no codec or set-up call of hookrelay's)."""
     examples = python_blocks("executor")
     assert len(examples) == 3
+    assert "conn = await asyncpg.connect(dsn)\n" in examples[0]
+    assert not any("init_connection" in example for example in examples)
     async with pool.acquire() as conn:
         await conn.execute("CREATE TABLE renders (id int PRIMARY KEY, url text)")
         tenant = await create_tenant(conn, "acme", runtime.secret_box)
@@ -135,14 +138,15 @@ async def test_executor_examples_run_as_written(pool: asyncpg.Pool, runtime) -> 
                 conn, tenant.id, NewTask(type="render", callback_url="http://127.0.0.1:9/h")
             )
             url = f"https://cdn.example/{n}.png"
-            names = {"conn": conn, "dsn": runtime.dsn, "task_id": task.id}
             code = compile(example, "README.md", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-            scope = {**names, "url": url, "render_id": n}
+            scope = {"dsn": runtime.dsn, "task_id": task.id, "url": url, "render_id": n}
             ran = eval(code, scope)
             if ran is not None:
                 await ran
             if "engine" in scope:
                 scope["engine"].dispose()  # its pool's connection, which an app keeps
+            if n == 0:  # the executor's own, bare asyncpg connection, closed by the example
+                assert type(scope["conn"]) is asyncpg.Connection and scope["conn"].is_closed()
             done = await conn.fetchrow("SELECT status, result FROM tasks WHERE id = $1", task.id)
             assert (done["status"], done["result"]) == ("succeeded", {"url": url}), example
             assert await conn.fetchval("SELECT url FROM renders WHERE id = $1", n) == url
