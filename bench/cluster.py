@@ -57,7 +57,7 @@ def scale_table(results: list[runs.ScaleRun]) -> str:
         "dispatchers' start to the empty outbox. All hosts share this machine's 2 cores "
         f"with PostgreSQL and the receiver, so the rate is the machine's: at {pg:,.0f} ms "
         f"per 1,000 deliveries one PostgreSQL core would feed about {1_000_000 / pg:,.0f} "
-        "deliveries/s (a projection; docs/scaling.md).",
+        "deliveries/s (a projection; docs/operations/scaling.md).",
         "",
     ]
     return "\n".join(lines)
