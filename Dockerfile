@@ -16,9 +16,11 @@ RUN pip install --no-cache-dir ./client . && rm -rf /root/.cache
 
 USER hookrelay
 VOLUME /data
-EXPOSE 8000
+# 8000: the API (serve, api). 9464: a `dispatch` container's /metrics, /healthz, /readyz
+# (HOOKRELAY_METRICS_PORT).
+EXPOSE 8000 9464
 # Ready = the database answers (/readyz), not merely the process being up. A `dispatch`
-# container serves no HTTP: compose.yaml turns this check off for it.
+# container answers on HOOKRELAY_METRICS_PORT instead: compose.yaml points its check there.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/readyz' % os.environ.get('HOOKRELAY_PORT', '8000'), timeout=2)"]
 # SIGTERM (docker stop): stop accepting, drain the dispatcher, stop the embedded server, exit 0.

@@ -7,7 +7,10 @@
 CREATE TABLE IF NOT EXISTS schema_version (
     version     integer PRIMARY KEY,
     name        text NOT NULL,
-    applied_at  timestamptz NOT NULL DEFAULT now()
+    applied_at  timestamptz NOT NULL DEFAULT now(),
+    -- Declared by the migration's file (0014): a process of an earlier release,
+    -- which does not know this migration, may run beside it.
+    compatible  boolean NOT NULL DEFAULT false
 );
 
 -- Partners. The API key is stored as its SHA-256 only: keys are 256-bit random,

@@ -38,7 +38,9 @@ def hookrelay(command: str, *args: str) -> list[str]:
 def service_env(
     dsn: str, key: str, *, admin_token: str = "bench", **extra: object
 ) -> dict[str, str]:
-    """The environment a hookrelay child runs with: loopback callbacks allowed, quiet logs.
+    """The environment a hookrelay child runs with: loopback callbacks allowed, quiet logs,
+    and no metrics port for ``dispatch`` (several run on one host; ``metrics_port=N``
+    gives one).
 
     ``extra`` are settings by their lower-case name (``lease_s=2`` sets HOOKRELAY_LEASE_S).
     """
@@ -50,21 +52,26 @@ def service_env(
         "HOOKRELAY_ALLOW_HTTP": "true",
         "HOOKRELAY_ALLOW_PRIVATE_CIDRS": "127.0.0.0/8",
         "HOOKRELAY_LOG_LEVEL": "WARNING",
+        "HOOKRELAY_METRICS_PORT": "off",
     }
     env.update({f"HOOKRELAY_{k.upper()}": str(v) for k, v in extra.items()})
     return env
 
 
 def wait_for_port(
-    port: int, proc: subprocess.Popen[bytes] | None = None, timeout: float = 30.0
+    port: int,
+    proc: subprocess.Popen[bytes] | None = None,
+    timeout: float = 30.0,
+    *,
+    host: str = "127.0.0.1",
 ) -> None:
-    """Return once something accepts on ``port``; fail early if ``proc`` exits first."""
+    """Return once something accepts on ``host:port``; fail early if ``proc`` exits first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"process exited with {proc.returncode} before listening")
         with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
+            if s.connect_ex((host, port)) == 0:
                 return
         time.sleep(0.05)
     raise RuntimeError(f"nothing listening on port {port}")

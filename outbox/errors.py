@@ -23,6 +23,7 @@ The tree::
     ├── LocalFault                 our own side failed (resolver, file descriptors, pool)
     ├── SignatureError             a received webhook failed verification (also a ValueError)
     └── ConfigurationError         a bad key, secret or setting
+        └── SchemaMismatch         the database's migrations are not the ones this release runs on
 
 asyncpg errors that are business outcomes (a unique key taken) are mapped to
 these in ``hookrelay.outbox.store``, so callers never need to import asyncpg to handle
@@ -128,7 +129,9 @@ class PlainHttpRefused(InvalidCallbackUrl):
 class BlockedDestination(OutboxError):
     """A callback URL resolves to an address the SSRF guard refuses.
 
-    ``allow`` is the narrowest CIDR that, listed as allowed, would let it through.
+    ``allow`` is the narrowest CIDR that, listed as allowed, would let it through (for
+    the operator's log; never told to the tenant); None for a cloud metadata address,
+    which no refusal suggests exempting.
     """
 
     def __init__(self, reason: str, allow: str | None = None) -> None:
@@ -170,3 +173,7 @@ class SignatureError(OutboxError, ValueError):
 
 class ConfigurationError(OutboxError):
     """A key, secret or setting is malformed."""
+
+
+class SchemaMismatch(ConfigurationError):
+    """The database holds migrations this release does not know, or lacks ones it needs."""

@@ -14,7 +14,7 @@ import contextlib
 import os
 import secrets
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -301,3 +301,30 @@ async def live_api(runtime: Runtime, dsn: str) -> AsyncIterator[tuple[str, str]]
     finally:
         proc.terminate()
         await proc.wait()
+
+
+NewDb = Callable[[], Awaitable[str]]
+
+
+@pytest.fixture
+async def new_db(server_dsn: str) -> AsyncIterator[NewDb]:
+    """Empty databases (not from the template), dropped after the test."""
+    names: list[str] = []
+
+    async def make() -> str:
+        name = f"hookrelay_m_{uuid.uuid4().hex[:12]}"
+        conn = await asyncpg.connect(server_dsn)
+        try:
+            await conn.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await conn.close()
+        names.append(name)
+        return with_database(server_dsn, name)
+
+    yield make
+    conn = await asyncpg.connect(server_dsn)
+    try:
+        for name in names:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()

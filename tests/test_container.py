@@ -41,7 +41,9 @@ def test_compose_has_the_embedded_default_and_a_postgres_profile() -> None:
     assert "HOOKRELAY_MASTER_KEY" in envs[0] and "@postgres:" in envs[0]["DATABASE_URL"]
     for name in ("dispatch-1", "dispatch-2"):
         assert stack[name]["command"] == ["dispatch"]
-        assert stack[name]["healthcheck"] == {"disable": True}, "a dispatcher serves no HTTP"
+        # A dispatcher's /readyz is on its metrics port, not the API's.
+        check = " ".join(stack[name]["healthcheck"]["test"])
+        assert "/readyz" in check and "HOOKRELAY_METRICS_PORT" in check and "9464" in check
 
 
 def test_readme_runs_the_service_without_test_extras() -> None:

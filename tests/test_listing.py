@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -62,7 +63,7 @@ async def test_one_task_larger_than_a_page_still_comes_back(client, tenant) -> N
     (tid,) = [r.json()["id"]]
     await _submit(client, key, 1)
 
-    async def page() -> dict | None:
+    async def page() -> dict[str, Any] | None:
         # A page stops at the oldest transaction still open (list_tasks' horizon): the
         # app's own background writes may briefly hold the second task behind it.
         page = (await client.get("/v1/tasks", headers=bearer(key))).json()
@@ -106,7 +107,7 @@ async def test_fields_takes_every_field_of_the_task(client, tenant) -> None:
     )
     task = r.json()
 
-    async def listed() -> list[dict] | None:
+    async def listed() -> list[dict[str, Any]] | None:
         r = await client.get(
             "/v1/tasks",
             params={"fields": "progress,heartbeatTimeoutSeconds,onTimeout"},

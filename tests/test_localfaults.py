@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import socket
+import ssl
 from collections.abc import Mapping
 from dataclasses import replace
 
 import aiohttp
 import pytest
+from aiohttp import web
 from aiohttp.client_reqrep import ConnectionKey
 
 from hookrelay.outbox.dispatch.dispatcher import Dispatcher, running
@@ -18,6 +21,7 @@ from hookrelay.outbox.egress.ssrf import AddressPolicy
 from hookrelay.outbox.errors import LocalFault
 from hookrelay.outbox.metrics import LOCAL_FAULTS
 from hookrelay.service.server.background import dispatcher_config, make_dispatcher
+from tests.receiver import Receiver
 from tests.support import backlog, eventually, wait_drained
 
 pytestmark = pytest.mark.anyio
@@ -36,8 +40,6 @@ KEY = ConnectionKey("h.test", 443, True, True, None, None, None)
             aiohttp.ClientConnectorError(KEY, OSError(errno.EMFILE, "Too many open files")),
             "out_of_fds",
         ),
-        (RuntimeError("Session is closed"), "pool_closed"),
-        (aiohttp.ClientConnectionError("Connector is closed"), "pool_closed"),
         (LocalFault("resolver_unavailable", "x"), "resolver_unavailable"),
     ],
 )
@@ -54,10 +56,60 @@ def test_recognised(exc: BaseException, kind: str) -> None:
         TimeoutError(),
         aiohttp.ServerDisconnectedError(),
         RuntimeError("something else"),
+        # Texts a receiver can put in its status line or headers, which aiohttp's
+        # errors quote: what an exception says never makes a fault ours.
+        RuntimeError("Session is closed"),
+        aiohttp.ClientConnectionError("Connector is closed"),
+        aiohttp.ServerDisconnectedError("HTTP/1.1 500 Session is closed"),
+        aiohttp.ClientOSError("Too many open files"),
+        aiohttp.ClientPayloadError("[Errno 24] Too many open files"),
+        OSError("[Errno 99] Cannot assign requested address"),
+        # An SSLError's errno is OpenSSL's code from the TLS exchange, not a POSIX errno.
+        ssl.SSLError(errno.EMFILE, "a TLS alert"),
     ],
 )
 def test_the_receivers_faults_are_not_ours(exc: BaseException) -> None:
     assert as_local_fault(exc) is None
+
+
+def test_a_local_faults_detail_quotes_no_exception_text() -> None:
+    exc = aiohttp.ClientOSError(errno.EMFILE, "Too many open files \x1b[2J from the receiver")
+    found = as_local_fault(exc)
+    assert found is not None and found.kind == "out_of_fds"
+    assert "receiver" not in found.detail and "[Errno 24]" in found.detail
+
+
+def loopback_sender() -> AiohttpSender:
+    return AiohttpSender(
+        AddressPolicy.from_settings("127.0.0.0/8", allow_http=True),
+        concurrency=10,
+        per_host=10,
+        connect_timeout_s=1.0,
+    )
+
+
+async def test_a_closed_pool_is_ours_by_its_state(receiver) -> None:
+    sender = loopback_sender()
+    assert (await sender.post(receiver.url, b"{}", {}, 100)).status == 204
+    await sender.aclose()
+    with pytest.raises(LocalFault) as caught:
+        await sender.post(receiver.url, b"{}", {}, 100)
+    assert caught.value.kind == "pool_closed"
+
+
+async def test_a_pool_closed_mid_attempt_is_ours(receiver) -> None:
+    async def hang(request: web.Request, rx: Receiver) -> web.StreamResponse:
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    receiver.behaviour = hang
+    sender = loopback_sender()
+    posting = asyncio.ensure_future(sender.post(receiver.url, b"{}", {}, 100))
+    await receiver.wait_for(1)
+    await sender.aclose()
+    with pytest.raises(LocalFault) as caught:
+        await posting
+    assert caught.value.kind == "pool_closed"
 
 
 class FlakySender:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -19,7 +17,8 @@ from hookrelay.outbox.ops.dead_letters import replay_one
 from hookrelay.outbox.store.migrate import migrate, migrations, status
 from hookrelay.outbox.store.pool import create_pool, schema_sql
 from hookrelay.outbox.tenants import hash_api_key
-from tests.support import ROOT, cli_env, dispatcher, run_cli, wait_drained, with_database
+from tests.conftest import NewDb
+from tests.support import ROOT, cli_env, dispatcher, run_cli, wait_drained
 
 pytestmark = pytest.mark.anyio
 
@@ -48,32 +47,6 @@ CATALOG = {
           JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public'
          ORDER BY 1""",
 }
-
-NewDb = Callable[[], Awaitable[str]]
-
-
-@pytest.fixture
-async def new_db(server_dsn: str) -> AsyncIterator[NewDb]:
-    """Empty databases (not from the template), dropped after the test."""
-    names: list[str] = []
-
-    async def make() -> str:
-        name = f"hookrelay_m_{uuid.uuid4().hex[:12]}"
-        conn = await asyncpg.connect(server_dsn)
-        try:
-            await conn.execute(f'CREATE DATABASE "{name}"')
-        finally:
-            await conn.close()
-        names.append(name)
-        return with_database(server_dsn, name)
-
-    yield make
-    conn = await asyncpg.connect(server_dsn)
-    try:
-        for name in names:
-            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await conn.close()
 
 
 async def catalog(dsn: str) -> dict[str, list[tuple[Any, ...]]]:

@@ -6,9 +6,8 @@ import asyncpg
 import pytest
 
 from hookrelay.outbox.store.migrate import migrate, migrations
-from tests.test_migrate import NewDb, new_db, run_migrate
-
-__all__ = ["new_db"]  # the fixture, used by name
+from tests.conftest import NewDb
+from tests.test_migrate import run_migrate
 
 pytestmark = pytest.mark.anyio
 

@@ -84,7 +84,13 @@ async def test_rotate_with_zero_overlap_drops_old_secret(pool: asyncpg.Pool, run
 
 
 async def test_healthz_and_readyz(client) -> None:
-    assert (await client.get("/healthz")).json() == {"status": "ok"}
+    from importlib.metadata import version
+
+    # The release, as `hookrelay --version` names it.
+    assert (await client.get("/healthz")).json() == {
+        "status": "ok",
+        "version": version("hookrelay-server"),
+    }
     r = await client.get("/readyz")
     assert r.status_code == 200 and r.json() == {"status": "ok"}
 

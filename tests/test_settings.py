@@ -114,9 +114,11 @@ def test_every_default_of_the_contract() -> None:
     assert (s.host, s.port, s.tenant_concurrency, s.log_level) == ("127.0.0.1", 8000, 50, "INFO")
     assert s.metrics_token is None and s.admin_token is None and s.master_key is None
     shown = {d.var: d.shown_default() for d in settings.declarations()}
-    assert shown["DATABASE_URL"] == "unset → embedded PostgreSQL"
+    assert shown["DATABASE_URL"] == "unset: an embedded PostgreSQL"
     assert shown["HOOKRELAY_DATA_DIR"] == "`./.hookrelay`"
     assert shown["HOOKRELAY_RETRY_CAP_S"] == "21600" and shown["HOOKRELAY_POLL_INTERVAL_S"] == "0.5"
+    assert (shown["HOOKRELAY_METRICS_PORT"], shown["HOOKRELAY_MIGRATE"]) == ("9464", "`auto`")
+    assert Settings.from_env({"HOOKRELAY_MIGRATE": "OFF"}).migrate == "off"
 
 
 @pytest.mark.parametrize(
@@ -142,3 +144,14 @@ def test_values_are_read_as_declared() -> None:
     )
     assert (s.log_level, s.secret_overlap_s, s.port) == ("DEBUG", 0.0, 1)
     assert Settings.from_env({"HOOKRELAY_ALLOW_HTTP": "on"}).allow_http is True
+
+
+def test_metrics_port_of_dispatch_has_a_default_and_can_be_off() -> None:
+    assert Settings.from_env({}).metrics_port == 9464
+    assert Settings.from_env({"HOOKRELAY_METRICS_PORT": "9465"}).metrics_port == 9465
+    for off in ("off", "OFF", "0"):
+        assert Settings.from_env({"HOOKRELAY_METRICS_PORT": off}).metrics_port is None
+    for bad in ("on", "-1", "65536", "9464.5"):
+        with pytest.raises(SettingsError, match="HOOKRELAY_METRICS_PORT") as info:
+            Settings.from_env({"HOOKRELAY_METRICS_PORT": bad})
+        assert "or off" in str(info.value)

@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hookrelay.outbox.dispatch.retry import RetryPolicy, parse_retry_after
+from hookrelay.outbox.dispatch.untrusted import receiver_text
 from hookrelay.outbox.egress.http import Sender
 from hookrelay.outbox.egress.ssrf import AddressPolicy
 from hookrelay.outbox.errors import BlockedDestination, InvalidCallbackUrl, TransportError
@@ -27,6 +28,12 @@ from hookrelay.outbox.store.delivery import ClaimedEvent
 __all__ = ["AttemptLimits", "AttemptResult", "ClaimedEvent", "attempt"]
 
 PREFIX_CHARS = 256
+# An error quotes what the receiver sent (a Location, aiohttp's account of a
+# broken answer): bounded, escaped, like the body's prefix.
+ERROR_CHARS = 1000
+# Of a redirect's Location, at most this much is quoted: fully escaped (six
+# characters each at worst), the message still fits in ERROR_CHARS.
+LOCATION_CHARS = 160
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,15 +62,6 @@ def _check_url(addresses: AddressPolicy, url: str) -> None:
     addresses.check_url(url)
 
 
-def _text(raw: bytes) -> str:
-    """Receiver bytes as text PostgreSQL can store: it refuses NUL, even in text columns.
-
-    An unstorable outcome could never be recorded, so the event would be sent
-    again at every lease expiry, forever.
-    """
-    return raw.decode("utf-8", "replace").replace("\x00", "\ufffd")
-
-
 def _current_task() -> asyncio.Task[Any]:
     task = asyncio.current_task()
     assert task is not None, "attempt() runs inside a task"
@@ -78,7 +76,7 @@ def _judge(status: int, headers: Mapping[str, str]) -> tuple[Outcome, str | None
         return "dead", "receiver answered 410 Gone", None
     if 300 <= status < 400:
         where = headers.get("location", "?")
-        return "retry", f"redirect {status} to {where[:200]} not followed", None
+        return "retry", f"redirect {status} to {where[:LOCATION_CHARS]} not followed", None
     if status in (429, 503):
         return "retry", f"HTTP {status}", parse_retry_after(headers.get("retry-after"))
     return "retry", f"HTTP {status}", None
@@ -149,7 +147,8 @@ async def attempt(
         finally:
             deadline.cancel()
         status = reply.status
-        prefix = _text(reply.body[: PREFIX_CHARS * 4])[:PREFIX_CHARS] or None
+        # Four bytes a character at most: enough bytes for PREFIX_CHARS characters.
+        prefix = receiver_text(reply.body[: PREFIX_CHARS * 4], PREFIX_CHARS) or None
         outcome, error, retry_after = _judge(status, reply.headers)
     except asyncio.CancelledError:
         if deadline is None or not deadline.caused():
@@ -165,7 +164,9 @@ async def attempt(
     except TransportError as exc:
         outcome, error = "retry", str(exc)
     duration_ms = (time.perf_counter() - started) * 1000
-    error = error.replace("\x00", "\ufffd") if error else error
+    # The one point where receiver text leaves an attempt for the database and
+    # the logs: an outcome that cannot be stored would be re-sent forever, unspent.
+    error = receiver_text(error, ERROR_CHARS) if error else error
     next_at = None
     if outcome == "retry":
         if policy.exhausted(event.budget_used + 1):

@@ -29,6 +29,7 @@ from hookrelay.outbox.dispatch.local_faults import DEFER_S, FaultReporter
 from hookrelay.outbox.dispatch.outcomes import Recorder
 from hookrelay.outbox.dispatch.retry import RetryPolicy
 from hookrelay.outbox.dispatch.scheduler import (
+    ANSWERED_S,
     HOLD_S,
     Caps,
     InFlight,
@@ -117,6 +118,9 @@ class Dispatcher:
         self._loop: asyncio.AbstractEventLoop  # set when run() starts
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
+        # When the claim loop last went round (time.monotonic()): it does at least
+        # once a poll interval, so a stale value means a loop stuck, not a quiet one.
+        self.turned_at = time.monotonic()
         self._in_flight: dict[int, tuple[ClaimedEvent, asyncio.Task[None]]] = {}
         self._flight = InFlight.empty()
         # Claim after this many slots freed (or on a NOTIFY, a poll, an empty
@@ -138,6 +142,9 @@ class Dispatcher:
             AHEAD_CAPS * config.per_host_concurrency if slack > 0 else 0, max(0.0, slack / 2)
         )
         self._delivered_on: set[Lane] = set()  # lanes that delivered since the last round
+        # When each host last answered (time.monotonic()), for the reserve's host
+        # rule (dispatch.scheduler); hosts silent for longer than ANSWERED_S drop out.
+        self._answered: dict[str, float] = {}
         self._refill = False  # a lane's rows ahead ran low
 
     # ------------------------------------------------------------ lifecycle
@@ -156,6 +163,7 @@ class Dispatcher:
         recorder = asyncio.create_task(self.recorder.run(), name="hookrelay-recorder")
         try:
             while not self._stopping.is_set():
+                self.turned_at = time.monotonic()
                 free = self._free_slots()
                 await self._release(self._ahead.expired(time.monotonic()))
                 if free > 0 and (
@@ -201,6 +209,11 @@ class Dispatcher:
     def wake(self) -> None:
         """New events were committed: look for due rows now, not at the next poll."""
         self._look()
+
+    @property
+    def stopping(self) -> bool:
+        """:meth:`stop` was called: no more claims, :meth:`run` is finishing."""
+        return self._stopping.is_set()
 
     def stop(self) -> None:
         """Stop claiming; :meth:`run` finishes in-flight attempts and returns."""
@@ -250,7 +263,13 @@ class Dispatcher:
                     await delivery.hold_lanes(conn, hosts=behind_open, hold_s=HOLD_S)
             caps = self.config.caps
             before = Counter(self._flight.lanes)
-            grants = allocate(lanes, self._flight, caps, batch=self.config.batch_size)
+            grants = allocate(
+                lanes,
+                self._flight,
+                caps,
+                batch=self.config.batch_size,
+                answering=self._answering(time.monotonic()),
+            )
             extra = ahead(
                 lanes,
                 grants,
@@ -321,6 +340,13 @@ class Dispatcher:
             return False  # held rows wait a poll interval, not claimed again at once
         return full
 
+    def _answering(self, now: float) -> set[str]:
+        """The hosts that answered within ANSWERED_S; the others are forgotten."""
+        quiet = [h for h, at in self._answered.items() if now - at > ANSWERED_S]
+        for host in quiet:
+            del self._answered[host]
+        return set(self._answered)
+
     async def _release(self, events: list[ClaimedEvent]) -> None:
         if not events:
             return
@@ -376,6 +402,8 @@ class Dispatcher:
             await self._give_back(event, LocalFault("bug", f"{type(exc).__name__}: {exc}"))
             return
         self.recorder.add(result)
+        if result.status_code is not None:
+            self._answered[event.host] = time.monotonic()
         if result.outcome == "delivered":
             self._delivered_on.add((event.host, event.tenant_id))
         if log.isEnabledFor(logging.DEBUG):  # its extra dict is not built otherwise

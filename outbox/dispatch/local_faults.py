@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
+import ssl
 import time
 from collections import Counter
 
-import aiohttp
-
+from hookrelay.outbox.dispatch.untrusted import receiver_text
 from hookrelay.outbox.errors import LocalFault, LocalFaultKind
 from hookrelay.outbox.metrics import LOCAL_FAULTS
 
@@ -26,6 +27,7 @@ log = logging.getLogger("hookrelay.dispatcher")
 DEFER_S = 1.0
 # A fault that repeats is logged once per this many seconds per kind, with a count.
 _LOG_EVERY_S = 5.0
+_DETAIL_CHARS = 1000
 
 _ERRNO_KINDS: dict[int, LocalFaultKind] = {
     errno.EMFILE: "out_of_fds",
@@ -37,13 +39,16 @@ _ERRNO_KINDS: dict[int, LocalFaultKind] = {
 
 
 def _one(exc: BaseException) -> LocalFault | None:
+    # By type and errno only. An exception's text may quote the receiver's
+    # status line or headers ("500 Session is closed"), and a fault judged
+    # ours costs nothing: a receiver could make its event retry forever.
+    # The errno of an OSError is our own socket call's, set by our kernel;
+    # an SSLError's is OpenSSL's code instead, in a TLS exchange with the receiver.
     if isinstance(exc, LocalFault):
         return exc
-    if isinstance(exc, OSError) and exc.errno in _ERRNO_KINDS:
-        return LocalFault(_ERRNO_KINDS[exc.errno], str(exc)[:300])
-    closed = "Session is closed" in str(exc) or "Connector is closed" in str(exc)
-    if closed and isinstance(exc, RuntimeError | aiohttp.ClientConnectionError):
-        return LocalFault("pool_closed", str(exc))
+    if isinstance(exc, OSError) and not isinstance(exc, ssl.SSLError) and exc.errno in _ERRNO_KINDS:
+        detail = f"{type(exc).__name__}: [Errno {exc.errno}] {os.strerror(exc.errno)}"
+        return LocalFault(_ERRNO_KINDS[exc.errno], detail)
     return None
 
 
@@ -86,7 +91,8 @@ class FaultReporter:
             "local fault (%s), not the receiver's: event given back without spending an "
             "attempt: %s (%d more since the last report)",
             fault.kind,
-            fault.detail,
+            # A bug's detail is an exception's text, which may quote a receiver.
+            receiver_text(fault.detail, _DETAIL_CHARS),
             self._unlogged.pop(fault.kind, 0),
             extra={"event_id": event_id},
         )

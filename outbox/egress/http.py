@@ -98,8 +98,11 @@ class AiohttpSender:
     async def post(self, url: str, body: bytes, headers: Mapping[str, str], cap: int) -> Reply:
         if self._session is None:
             self._session = self._open()
+        session = self._session
+        if session.closed:
+            raise LocalFault("pool_closed", "the HTTP session is closed")
         try:
-            async with self._session.post(
+            async with session.post(
                 url, data=body, headers=headers, allow_redirects=False
             ) as response:
                 # content.read() yields decoded bytes: a compressed bomb stops at the cap too.
@@ -110,10 +113,14 @@ class AiohttpSender:
                         break
                     raw += chunk
                 return Reply(response.status, response.headers, bytes(raw))
-        except (aiohttp.ClientError, OSError) as exc:
+        except (aiohttp.ClientError, OSError, RuntimeError) as exc:
+            # The pool closed under this attempt: known from the session's own
+            # state, never from the error's text, which may quote the receiver.
+            if session.closed:
+                raise LocalFault("pool_closed", "the HTTP session was closed") from exc
+            if isinstance(exc, RuntimeError):
+                raise  # not ours to explain: the dispatcher reports it as a bug
             raise _mapped(exc) from exc
-        except RuntimeError as exc:  # "Session is closed": the pool went away under us
-            raise LocalFault("pool_closed", str(exc)) from exc
 
     async def aclose(self) -> None:
         if self._session is not None:

@@ -4,8 +4,13 @@ Each migration runs in its own transaction under the schema advisory lock and
 records itself in ``schema_version`` in that same transaction, so concurrent
 ``migrate`` runs (or several processes starting at once) apply each file
 exactly once and a failed file leaves nothing half-applied. A migration may
-also have a Python step (``hookrelay.outbox.store.migration_steps``), run after its SQL in the
-same transaction.
+also have a Python step (``hookrelay.outbox.store.migration_steps``), run after its
+SQL in the same transaction.
+
+A release knows the migrations it ships. :func:`check` compares them with the
+database's: a migration the release does not know is refused (:class:`SchemaMismatch`,
+naming it) unless its file declared it compatible with older releases
+(``COMPATIBLE_MARK`` as its first line, recorded in ``schema_version.compatible``).
 """
 
 from __future__ import annotations
@@ -18,10 +23,14 @@ from typing import Literal
 
 import asyncpg
 
+from hookrelay.outbox.errors import SchemaMismatch
 from hookrelay.outbox.store import schema
 from hookrelay.outbox.store.migration_steps import STEPS
+from hookrelay.outbox.store.schema import AppliedMigration
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+# The first line of a migration that processes of earlier releases may run beside.
+COMPATIBLE_MARK = "-- hookrelay: runs beside older releases"
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,12 +39,24 @@ class Migration:
     name: str
     sql: str
 
+    @property
+    def compatible(self) -> bool:
+        """Declared harmless to the releases before it (see ``COMPATIBLE_MARK``)."""
+        return self.sql.startswith(COMPATIBLE_MARK + "\n")
+
+    @property
+    def label(self) -> str:
+        return f"{self.version:04d}_{self.name}"
+
+
+MigrationState = Literal["applied", "pending", "unknown", "unknown-compatible"]
+
 
 @dataclass(frozen=True, slots=True)
 class MigrationStatus:
     version: int
     name: str
-    state: Literal["applied", "pending"]
+    state: MigrationState
     # None when pending, or when a database from before migrations has 0001's
     # tables but the adoption has not been recorded yet.
     applied_at: datetime | None
@@ -76,17 +97,82 @@ async def migrate(conn: asyncpg.Connection, *, upto: int | None = None) -> list[
             step = STEPS.get(migration.name)
             if step is not None:  # what SQL cannot do (hookrelay.outbox.store.migration_steps)
                 await step(conn)
-            await schema.record_migration(conn, version=migration.version, name=migration.name)
+            await schema.record_migration(
+                conn,
+                version=migration.version,
+                name=migration.name,
+                compatible=migration.compatible,
+            )
             done.append(migration)
     return done
 
 
+@dataclass(frozen=True, slots=True)
+class SchemaState:
+    """The database's migrations against this release's."""
+
+    pending: list[Migration]  # this release's, not applied yet
+    unknown: list[AppliedMigration]  # applied, and not this release's
+
+    @property
+    def unknown_labels(self) -> str:
+        return ", ".join(f"{m.version:04d}_{m.name}" for m in self.unknown)
+
+
+async def compare(conn: asyncpg.Connection) -> SchemaState:
+    """What is pending and what is unknown to this release; reads only (no DDL)."""
+    rows = await schema.applied_migration_rows(conn)
+    if not rows and await schema.initial_tables_exist(conn):
+        # A database from before migrations: 0001's tables, no record yet.
+        rows = [AppliedMigration(1, "initial", datetime.min, False)]
+    known = {(m.version, m.name) for m in migrations()}
+    applied = {r.version for r in rows}
+    return SchemaState(
+        pending=[m for m in migrations() if m.version not in applied],
+        unknown=[r for r in rows if (r.version, r.name) not in known],
+    )
+
+
+async def check(conn: asyncpg.Connection, *, apply: bool) -> tuple[SchemaState, list[Migration]]:
+    """Refuse a schema this release cannot run on; apply what is pending if ``apply``.
+
+    Raises :class:`SchemaMismatch` when the database holds a migration this
+    release does not know and that was not declared compatible, or (without
+    ``apply``) when it lacks one this release needs. Returns the state found and
+    the migrations applied. Runs DDL only when something is pending and ``apply``
+    is set, so a process on an up-to-date database needs no more than DML rights.
+    """
+    state = await compare(conn)
+    refused = [m for m in state.unknown if not m.compatible]
+    if refused:
+        names = ", ".join(f"{m.version:04d}_{m.name}" for m in refused)
+        raise SchemaMismatch(
+            f"the database has migrations this release does not know: {names}. "
+            "They were not declared compatible with older releases: run a release "
+            "that ships them (hookrelay migrate --status lists the database's migrations)"
+        )
+    if not state.pending:
+        return state, []
+    if not apply:
+        names = ", ".join(m.label for m in state.pending)
+        raise SchemaMismatch(
+            f"the database lacks migrations this release needs: {names}. "
+            "HOOKRELAY_MIGRATE=off: apply them first with `hookrelay migrate` "
+            "(as a role that may change the schema)"
+        )
+    return state, await migrate(conn)
+
+
 async def status(conn: asyncpg.Connection) -> list[MigrationStatus]:
-    """Every known migration with when it was applied (None if pending); changes nothing."""
+    """Every migration, this release's and the database's, with its state; changes nothing.
+
+    ``unknown``: applied by a newer release, not shipped in this one;
+    ``unknown-compatible``: the same, declared compatible with older releases.
+    """
     applied: dict[int, datetime | None] = dict(await _applied(conn))
     if not applied and await schema.initial_tables_exist(conn):
         applied[1] = None  # the next migrate records 0001 without running it
-    return [
+    rows = [
         MigrationStatus(
             m.version,
             m.name,
@@ -95,3 +181,7 @@ async def status(conn: asyncpg.Connection) -> list[MigrationStatus]:
         )
         for m in migrations()
     ]
+    for r in (await compare(conn)).unknown:
+        state: MigrationState = "unknown-compatible" if r.compatible else "unknown"
+        rows.append(MigrationStatus(r.version, r.name, state, r.applied_at))
+    return sorted(rows, key=lambda s: (s.version, s.state))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 import asyncpg
@@ -16,6 +17,18 @@ _ADOPT_INITIAL_SCHEMA = sql("adopt_initial_schema")
 _APPLIED_MIGRATIONS = sql("applied_migrations")
 _MIGRATION_APPLIED = sql("migration_applied")
 _RECORD_MIGRATION = sql("record_migration")
+_MARK_COMPATIBLE = sql("mark_migration_compatible")
+_APPLIED_MIGRATION_ROWS = sql("applied_migration_rows")
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedMigration:
+    """A row of ``schema_version``."""
+
+    version: int
+    name: str
+    applied_at: datetime
+    compatible: bool
 
 
 async def take_schema_lock(conn: asyncpg.Connection) -> None:
@@ -44,5 +57,16 @@ async def migration_applied(conn: asyncpg.Connection, *, version: int) -> bool:
     return bool(await conn.fetchval(_MIGRATION_APPLIED, version))
 
 
-async def record_migration(conn: asyncpg.Connection, *, version: int, name: str) -> None:
+async def record_migration(
+    conn: asyncpg.Connection, *, version: int, name: str, compatible: bool = False
+) -> None:
     await conn.execute(_RECORD_MIGRATION, version, name)
+    if compatible:
+        await conn.execute(_MARK_COMPATIBLE, version)
+
+
+async def applied_migration_rows(conn: asyncpg.Connection) -> list[AppliedMigration]:
+    """Every row of ``schema_version``, oldest first; empty if versioning was never set up."""
+    if not await conn.fetchval(_SCHEMA_VERSION_EXISTS):
+        return []
+    return [AppliedMigration(**dict(r)) for r in await conn.fetch(_APPLIED_MIGRATION_ROWS)]

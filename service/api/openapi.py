@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 from functools import cache
-from importlib.metadata import version
 from typing import Any
 
 import msgspec
@@ -20,6 +19,7 @@ from starlette.routing import Route
 
 from hookrelay.outbox.models import TaskResource
 from hookrelay.service.api import shapes
+from hookrelay.service.server.release import release
 
 Schema = dict[str, Any]
 REF = "#/components/schemas/{name}"
@@ -40,6 +40,7 @@ SHAPES: tuple[type[msgspec.Struct], ...] = (
     shapes.Destinations,
     shapes.SigningKeys,
     shapes.TestEvent,
+    shapes.Liveness,
     shapes.Health,
     shapes.SubmitBody,
     shapes.CompleteBody,
@@ -213,7 +214,7 @@ def spec() -> Schema:
         "openapi": "3.1.0",
         "info": {
             "title": "hookrelay",
-            "version": version("hookrelay-server"),
+            "version": release(),
             "description": DESCRIPTION,
         },
         "components": {
@@ -439,7 +440,7 @@ def spec() -> Schema:
                     errors=(400, 401, 403),
                 )
             },
-            "/healthz": {"get": _op("Liveness", (200, shapes.Health), errors=(), secured=False)},
+            "/healthz": {"get": _op("Liveness", (200, shapes.Liveness), errors=(), secured=False)},
             "/readyz": {
                 "get": _op("Database reachable", (200, shapes.Health), errors=(503,), secured=False)
             },

@@ -476,6 +476,13 @@ class TestEvent(Answer):
     attempts: list[AttemptResource] | UnsetType = UNSET
 
 
+class Liveness(Answer):
+    status: Literal["ok"]
+    version: Annotated[str, Meta(description="the release this process runs")]
+
+
 class Health(Answer):
+    """Readiness: the database answers, and takes writes."""
+
     status: Literal["ok", "unavailable"]
     error: ErrorDetail | UnsetType = UNSET

@@ -9,7 +9,6 @@ import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import replace
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any, NoReturn
 
 from hookrelay.outbox.store.pool import create_pool
@@ -23,6 +22,7 @@ from hookrelay.service.server import logs
 from hookrelay.service.server import processes as commands
 from hookrelay.service.server.open_database import open_database
 from hookrelay.service.server.prerequisites import Runtime, absolute, open_dsn, prepare
+from hookrelay.service.server.release import release
 from hookrelay.service.server.settings import Settings
 
 log = logging.getLogger("hookrelay")
@@ -62,13 +62,6 @@ async def _tenants(runtime: Runtime, args: argparse.Namespace) -> int:
         await pool.close()
 
 
-def _version() -> str:
-    try:
-        return version("hookrelay-server")
-    except PackageNotFoundError:  # pragma: no cover - run from a bare checkout
-        return "unknown"
-
-
 def _port(raw: str) -> int:
     try:
         port = int(raw)
@@ -100,7 +93,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--version", action="version", version=f"hookrelay {_version()}")
+    p.add_argument("--version", action="version", version=f"hookrelay {release()}")
     p.add_argument(
         "-v",
         "--verbose",

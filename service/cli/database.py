@@ -35,7 +35,8 @@ async def run_migrate(runtime: Runtime, args: argparse.Namespace) -> None:
     if not args.status:
         # A key this run had to invent must not become the database's key:
         # `migrate` is often run by a deploy step that holds no key at all.
-        await open_database(runtime, check_key=not runtime.master_key_generated)
+        # The privileged step: it applies what is missing whatever HOOKRELAY_MIGRATE says.
+        await open_database(runtime, check_key=not runtime.master_key_generated, apply=True)
         return
     pool = await create_pool(runtime.dsn, min_size=1, max_size=1, wait_s=runtime.settings.db_wait_s)
     try:
@@ -47,9 +48,17 @@ async def run_migrate(runtime: Runtime, args: argparse.Namespace) -> None:
         when = "" if m.applied_at is None else f"  {m.applied_at.isoformat()}"
         if m.state == "applied" and m.applied_at is None:
             when = "  (from before migrations; recorded at the next migrate)"
-        print(f"{m.version:04d}  {m.name:<24} {m.state}{when}")
+        state = {
+            "unknown": "applied, unknown to this release",
+            "unknown-compatible": "applied, unknown to this release, declared compatible",
+        }.get(m.state, m.state)
+        print(f"{m.version:04d}  {m.name:<32} {state}{when}")
     pending = sum(m.state == "pending" for m in rows)
-    print(f"\n{len(rows) - pending} applied, {pending} pending")
+    unknown = sum(m.state.startswith("unknown") for m in rows)
+    summary = f"{len(rows) - pending - unknown} applied, {pending} pending"
+    if unknown:
+        summary += f", {unknown} unknown to this release (applied by a newer one)"
+    print(f"\n{summary}")
 
 
 async def run_rotate(runtime: Runtime) -> None:

@@ -59,6 +59,10 @@ class Stopping:
         if self.requested:
             callback()
 
+    def on_force(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` on a second stop request (stop without waiting)."""
+        self._on_force.append(callback)
+
     def _signal(self, sig: int) -> None:
         if self.requested:
             log.warning("%s again: stopping without waiting", signal.Signals(sig).name)
@@ -95,11 +99,19 @@ class Stopping:
             raise Stopped
 
 
-def bind(host: str, port: int) -> socket.socket:
-    """The API's listening socket, bound before anything else starts.
+def bind(
+    host: str,
+    port: int,
+    *,
+    host_setting: str = "--host or HOOKRELAY_HOST",
+    port_setting: str = "--port or HOOKRELAY_PORT",
+) -> socket.socket:
+    """A listening socket (the API's, or ``dispatch``'s metrics port), bound before
+    anything else starts.
 
-    A busy port or a bad host then fails at once in one line, not after the
-    database was started and migrated.
+    A busy port or a bad host then fails at once in one line, naming the settings
+    that choose them (``host_setting``, ``port_setting``), not after the database
+    was started and migrated.
     """
     where = f"{host}:{port}"
     try:
@@ -108,7 +120,7 @@ def bind(host: str, port: int) -> socket.socket:
         )[0]
     except (socket.gaierror, UnicodeError) as exc:
         raise ConfigurationError(
-            f"cannot listen on {where}: unknown host; fix --host or HOOKRELAY_HOST ({exc})"
+            f"cannot listen on {where}: unknown host; fix {host_setting} ({exc})"
         ) from None
     sock = socket.socket(family, kind, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -119,11 +131,10 @@ def bind(host: str, port: int) -> socket.socket:
         if exc.errno == errno.EADDRINUSE:
             raise ConfigurationError(
                 f"port {port} on {host} is already in use: stop what listens there, "
-                "or choose another port with --port or HOOKRELAY_PORT"
+                f"or choose another port with {port_setting}"
             ) from None
         raise ConfigurationError(
-            f"cannot listen on {where}: {exc.strerror}; "
-            "fix --host/--port or HOOKRELAY_HOST/HOOKRELAY_PORT"
+            f"cannot listen on {where}: {exc.strerror}; fix {host_setting}, or {port_setting}"
         ) from None
     return sock
 

@@ -1,8 +1,11 @@
-"""Opening the database at start: migrations first, then the master key check.
+"""Opening the database at start: the schema first, then the master key check.
 
 Every process runs this before it serves or dispatches anything, so a process
-holding the wrong master key exits at once with one line instead of failing
-every delivery later.
+holding the wrong master key, or meeting a schema it cannot run on, exits at
+once with one line instead of failing every request later. With
+``HOOKRELAY_MIGRATE=auto`` missing migrations are applied here; with ``off``
+nothing here runs DDL and a missing migration is refused (``hookrelay migrate``
+is then the one privileged step).
 """
 
 from __future__ import annotations
@@ -13,20 +16,32 @@ import logging
 from hookrelay.outbox.errors import ConfigurationError
 from hookrelay.outbox.keys.at_rest import KEY_FILE, key_id, parse_master_key
 from hookrelay.outbox.keys.master_key import MasterKeyMismatch, verify_or_record
-from hookrelay.outbox.store.migrate import migrate
+from hookrelay.outbox.store import migrate
 from hookrelay.outbox.store.pool import create_pool
 from hookrelay.service.server.prerequisites import Runtime
 
 log = logging.getLogger("hookrelay")
 
 
-async def open_database(runtime: Runtime, *, check_key: bool = True) -> None:
-    """Apply pending migrations, then verify (or first record) the master key."""
+async def open_database(
+    runtime: Runtime, *, check_key: bool = True, apply: bool | None = None
+) -> None:
+    """Check the schema (applying what is missing, as ``HOOKRELAY_MIGRATE`` says or as
+    ``apply`` overrides), then verify (or first record) the master key."""
+    if apply is None:
+        apply = runtime.settings.migrate == "auto"
     pool = await create_pool(runtime.dsn, min_size=1, max_size=1, wait_s=runtime.settings.db_wait_s)
     try:
         async with pool.acquire() as conn:
-            for m in await migrate(conn):
-                log.info("applied migration %04d_%s", m.version, m.name)
+            state, applied = await migrate.check(conn, apply=apply)
+            for m in applied:
+                log.info("applied migration %s", m.label)
+            if state.unknown:
+                log.warning(
+                    "the database has migrations this release does not know, declared "
+                    "compatible with older releases: %s; running beside them",
+                    state.unknown_labels,
+                )
             if not check_key:
                 return
             try:

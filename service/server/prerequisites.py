@@ -80,6 +80,17 @@ def admin_token(settings: Settings) -> tuple[str, bool]:
     return path.read_text().strip(), created
 
 
+def existing_admin_token(settings: Settings) -> str:
+    """The admin token from the environment, else the data dir's if there is one; never
+    generates one ("" when there is none). For processes that only check it."""
+    if settings.admin_token:
+        return settings.admin_token
+    try:
+        return (settings.data_dir / ADMIN_TOKEN_FILE).read_text().strip()
+    except OSError:  # none there, or not ours to read: the caller says it has none
+        return ""
+
+
 def absolute(settings: Settings) -> Settings:
     """``settings`` with the data directory made absolute, as it is printed and used."""
     return replace(settings, data_dir=settings.data_dir.absolute())

@@ -7,6 +7,7 @@ until SIGTERM or SIGINT, and always lets go of the embedded server last.
 from __future__ import annotations
 
 import logging
+from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 
@@ -14,8 +15,8 @@ from hookrelay.outbox.store.pool import create_pool
 from hookrelay.outbox.tasks.timeouts import sweeping
 from hookrelay.service.api.app import create_app
 from hookrelay.service.cli.tty_text import printable
+from hookrelay.service.server import dispatch_http, lifecycle
 from hookrelay.service.server import event_loop as serving
-from hookrelay.service.server import lifecycle
 from hookrelay.service.server.background import (
     dispatcher_background,
     make_dispatcher,
@@ -23,17 +24,34 @@ from hookrelay.service.server.background import (
 )
 from hookrelay.service.server.lifecycle import Stopped, Stopping
 from hookrelay.service.server.open_database import open_database
-from hookrelay.service.server.prerequisites import Runtime, prepare
+from hookrelay.service.server.prerequisites import Runtime, existing_admin_token, prepare
 from hookrelay.service.server.settings import Settings
 
 log = logging.getLogger("hookrelay")
+
+
+def without_password(dsn: str) -> str:
+    """``dsn`` with no password in it (in its user part or its query), to be printed."""
+    parts = urlsplit(dsn)
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    netloc = f"{userinfo.partition(':')[0]}{at}{hosts}"
+    query = "&".join(
+        p for p in parts.query.split("&") if p and not p.lower().startswith("password=")
+    )
+    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
 
 
 def _where(runtime: Runtime) -> list[str]:
     s = runtime.settings
     database = f"embedded PostgreSQL in {s.data_dir / 'pg'}" if runtime.embedded else "DATABASE_URL"
     unused = "" if s.data_dir.is_dir() else " (not created: nothing is kept there)"
-    return [f"database:        {database}", f"data directory:  {s.data_dir}{unused}"]
+    lines = [f"database:        {database}"]
+    if runtime.embedded:
+        # For executors' own connections (hookrelay.outbox.complete_task). The embedded
+        # server takes local connections only (a Unix socket, trust auth): it has no
+        # password to show, and any that a DSN carried would not be printed.
+        lines.append(f"database url:    {without_password(runtime.dsn)}")
+    return [*lines, f"data directory:  {s.data_dir}{unused}"]
 
 
 def _banner(runtime: Runtime, url: str) -> None:
@@ -112,11 +130,30 @@ async def serve(settings: Settings, *, with_dispatcher: bool) -> None:
     log.info("hookrelay stopped")
 
 
+def _endpoints(settings: Settings, admin_token: str) -> list[str]:
+    """The banner's lines on ``dispatch``'s own port."""
+    if settings.metrics_port is None:
+        return ["metrics:         off (HOOKRELAY_METRICS_PORT)"]
+    url = _url(settings.host, settings.metrics_port)
+    lines = [f"metrics:         {url}/metrics (and /healthz, /readyz)"]
+    if not admin_token and not settings.metrics_token:
+        lines.append(
+            "                 no HOOKRELAY_ADMIN_TOKEN or HOOKRELAY_METRICS_TOKEN: "
+            "/metrics refuses every request"
+        )
+    return lines
+
+
 async def dispatch(settings: Settings) -> None:
-    """``dispatch``: claim and deliver until stopped; in-flight attempts finish first."""
+    """``dispatch``: claim and deliver until stopped; in-flight attempts finish first.
+
+    Meanwhile its own port (``HOOKRELAY_METRICS_PORT``, unless off) serves
+    /metrics, /healthz and /readyz; it is bound first, like the API's.
+    """
     stopping = Stopping()
     runtime: Runtime | None = None
     with stopping.handling_signals():
+        sock = None if settings.metrics_port is None else dispatch_http.bind(settings)
         try:
             async with stopping.interruptible():
                 runtime = prepare(settings, may_create=False, needs_token=False)
@@ -128,18 +165,44 @@ async def dispatch(settings: Settings) -> None:
             try:
                 dispatcher = make_dispatcher(runtime, pool)
                 stopping.on_stop(dispatcher.stop)
+                # Only checked here, never generated: the API's, from the environment
+                # or the data directory `serve` keeps it in.
+                token = existing_admin_token(s)
                 lines = [
                     f"hookrelay dispatcher {dispatcher.config.owner} started",
                     *_where(runtime),
+                    *_endpoints(s, token),
                 ]
-                print(printable("\n".join(lines), keep_newlines=True), flush=True)
-                log.info("dispatcher %s started", dispatcher.config.owner)
+
+                def announce() -> None:
+                    print(printable("\n".join(lines), keep_newlines=True), flush=True)
+                    log.info("dispatcher %s started", dispatcher.config.owner)
+                    if sock is not None and not token and not s.metrics_token:
+                        log.warning(
+                            "no HOOKRELAY_ADMIN_TOKEN or HOOKRELAY_METRICS_TOKEN:"
+                            " /metrics on HOOKRELAY_METRICS_PORT refuses every request"
+                        )
+
                 async with sweeping(pool, s.sweep_interval_s, s.retention()):
-                    await dispatcher.run()
+                    if sock is None:
+                        announce()
+                        await dispatcher.run()
+                    else:
+                        await dispatch_http.run_beside(
+                            dispatcher,
+                            pool=pool,
+                            sock=sock,
+                            settings=s,
+                            admin_token=token,
+                            stopping=stopping,
+                            announce=announce,
+                        )
             finally:
                 await pool.close()
         except Stopped:
             log.info("stopped while starting")
         finally:
+            if sock is not None:
+                sock.close()
             if runtime is not None:
                 runtime.close()

@@ -1,8 +1,9 @@
-"""Liveness and readiness."""
+"""Liveness and readiness (the API's, and ``hookrelay dispatch``'s own port's)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -10,13 +11,18 @@ from starlette.routing import Route
 
 from hookrelay.outbox.store.metrics import ping
 from hookrelay.service.api.bodies import answer
-from hookrelay.service.api.shapes import ErrorDetail, Health
+from hookrelay.service.api.shapes import ErrorDetail, Health, Liveness
+from hookrelay.service.server.release import release
 
 READY_TIMEOUT_S = 2.0
 
+# What a process checks of its own before the database (``app.state.readiness``):
+# why it is not ready, or None. ``hookrelay dispatch`` checks its claim loop.
+Readiness = Callable[[], str | None]
+
 
 async def healthz(request: Request) -> Response:
-    return answer(Health(status="ok"))
+    return answer(Liveness(status="ok", version=release()))
 
 
 def _unavailable(message: str) -> Response:
@@ -25,6 +31,10 @@ def _unavailable(message: str) -> Response:
 
 
 async def readyz(request: Request) -> Response:
+    own: Readiness | None = getattr(request.app.state, "readiness", None)
+    problem = None if own is None else own()
+    if problem is not None:
+        return _unavailable(problem)
     try:
         async with asyncio.timeout(READY_TIMEOUT_S):
             async with request.app.state.pool.acquire() as conn:
