@@ -59,11 +59,11 @@ def test_submit_keeps_every_field() -> None:
         ({"type": "t", "callbackUrl": HOOK, "metadata": "x"}, "at `$.metadata`"),
         (
             {"type": "t", "callbackUrl": HOOK, "metadata": {"k": "v" * 16_400}},
-            "metadata exceeds 16384 bytes - at `$.metadata`",
+            "exceeds 16384 bytes as JSON - at `$.metadata`",
         ),
         (
             {"type": "t", "callbackUrl": HOOK, "onTimeout": {"result": "v" * 16_400}},
-            "onTimeout exceeds 16384 bytes - at `$.onTimeout`",
+            "exceeds 16384 bytes as JSON - at `$.onTimeout`",
         ),
         ({"type": "t", "callbackUrl": HOOK, "onTimeout": {"x": 1}}, "at `$.onTimeout`"),
         ({"type": "t", "callbackUrl": HOOK, "timeoutSeconds": -1}, "at `$.timeoutSeconds`"),

@@ -88,16 +88,34 @@ def _check(value: msgspec.Struct, where: str = "body", depth: int = 1) -> None:
             check_json(item, f"{where}.{name}", depth)
 
 
-def _refusal(exc: msgspec.ValidationError) -> Unprocessable:
-    """422 naming the path, with the field's own code where it has one."""
+_UNKNOWN = re.compile(r"contains unknown field `([^`]+)`")
+
+
+def _said(exc: msgspec.ValidationError) -> tuple[str, str]:
+    """(the field's path, what is wrong) of a refusal: ``timeoutSeconds``, ``onTimeout.x``,
+    ``fields[0]``; "" for the body or query as a whole."""
     message = str(exc)
     at = _AT.search(message)
-    path = at.group(1) if at else "$"
-    missing = _MISSING.search(message)
-    field = f"{path}.{missing.group(1)}" if missing else path
-    return Unprocessable(
-        f"invalid request body: {message}", code=FIELD_CODES.get(field, "validation_error")
-    )
+    path = at.group(1).removeprefix("$").removeprefix(".") if at else ""
+    return path, _AT.sub("", message)
+
+
+def _refusal(exc: msgspec.ValidationError) -> Unprocessable:
+    """422 whose message starts with the field's path (as hookrelay.client reads it), with
+    the field's own code where it has one."""
+    path, text = _said(exc)
+    prefix = f"{path}." if path else ""
+    if missing := _MISSING.search(text):
+        field = prefix + missing.group(1)
+        message = f"{field} is required"
+    elif unknown := _UNKNOWN.search(text):
+        field = prefix + unknown.group(1)
+        message = f"unknown field(s): {field}"
+    else:
+        field = path
+        message = f"{path}: {text}" if path else f"the request body: {text}"
+    code = FIELD_CODES.get(f"$.{field}" if field else "$", "validation_error")
+    return Unprocessable(message, code=code)
 
 
 async def read_body(request: Request, shape: type[S], *, required: bool = True) -> S:
@@ -169,13 +187,10 @@ def read_query(request: Request, shape: type[S]) -> S:
     try:
         return msgspec.convert(raw, shape, strict=False)
     except msgspec.ValidationError as exc:
-        message = str(exc)
-        at = _AT.search(message)
-        name = at.group(1).removeprefix("$.") if at else "?"
-        text = _AT.sub("", message)
-        if message.startswith("Invalid enum value") and name in raw and name not in lists:
-            raise Unprocessable(f"query parameter {name}: {text}") from exc
-        raise BadRequest(f"query parameter {name}: {text}") from exc
+        name, text = _said(exc)
+        if text.startswith("Invalid enum value") and name in raw and name not in lists:
+            raise Unprocessable(f"{name}: {text}") from exc
+        raise BadRequest(f"{name}: {text}") from exc
 
 
 def answer(

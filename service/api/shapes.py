@@ -162,7 +162,7 @@ class SubmitBody(Body):
             raise ValueError(f"Expected `str` matching regex {TASK_TYPE_PATTERN!r} - at `$.type`")
         for name, value in (("metadata", self.metadata), ("onTimeout", self.on_timeout)):
             if value is not None and _json_bytes(value) > MAX_JSON_BYTES:
-                raise ValueError(f"{name} exceeds {MAX_JSON_BYTES} bytes - at `$.{name}`")
+                raise ValueError(f"exceeds {MAX_JSON_BYTES} bytes as JSON - at `$.{name}`")
 
 
 class CompleteBody(Body):
