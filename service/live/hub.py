@@ -60,7 +60,10 @@ class _Tenant:
 
 
 class StreamHub:
-    """Subscriptions to tenants' changes; :meth:`start` before use, :meth:`stop` at exit."""
+    """Subscriptions to tenants' changes; :meth:`start` before use, :meth:`stop` at exit.
+
+    The :class:`~hookrelay.service.live.subscription.Feed` of every subscription it opens.
+    """
 
     def __init__(self, dsn: str, *, per_tenant: int = 500, queue_size: int = 1000) -> None:
         self.per_tenant, self.queue_size = per_tenant, queue_size
