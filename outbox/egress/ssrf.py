@@ -20,7 +20,7 @@ import aiohttp
 import idna
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from hookrelay.outbox.dispatch.destinations import DEFAULT_PORTS
+from hookrelay.outbox.destinations import DEFAULT_PORTS
 from hookrelay.outbox.egress.dns import AiohttpResolver, Resolver
 from hookrelay.outbox.egress.embedded_ipv4 import classify, embedded_ipv4
 from hookrelay.outbox.errors import (

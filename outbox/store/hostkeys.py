@@ -1,5 +1,5 @@
 """The host-key migration's statements: stored keys rewritten to the form of
-``hookrelay.outbox.dispatch.destinations``."""
+``hookrelay.outbox.destinations``."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 
-from hookrelay.outbox.dispatch.destinations import host_key
+from hookrelay.outbox.destinations import host_key
 from hookrelay.outbox.errors import InvalidCallbackUrl
 from hookrelay.outbox.store import hostkeys
 
@@ -19,7 +19,8 @@ Step = Callable[[asyncpg.Connection], Awaitable[None]]
 
 
 async def rekey_hosts(conn: asyncpg.Connection) -> None:
-    """Rewrite stored host keys (``host[:port]`` spellings) to ``dispatch.destinations`` form.
+    """Rewrite stored host keys (``host[:port]`` spellings) to the form of
+    ``hookrelay.outbox.destinations``.
 
     Keys are derived from the callback URLs of waiting and dead-lettered events;
     circuit state follows them, merged where spellings meet (the worst wins).
