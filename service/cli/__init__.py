@@ -17,13 +17,13 @@ from hookrelay.service.cli import database as database_cli
 from hookrelay.service.cli import dead_letters as deadletters_cli
 from hookrelay.service.cli import failures, listen
 from hookrelay.service.cli import tenants as tenants_cli
-from hookrelay.service.cli.tty_text import fail, one_line
 from hookrelay.service.server import event_loop as serving
 from hookrelay.service.server import logs
 from hookrelay.service.server import processes as commands
 from hookrelay.service.server.open_database import open_database
 from hookrelay.service.server.prerequisites import Runtime, absolute, open_dsn, prepare
 from hookrelay.service.server.settings import Settings
+from hookrelay.service.server.tty_text import fail, one_line
 
 log = logging.getLogger("hookrelay")
 SERVICES = frozenset({"serve", "api", "dispatch"})

@@ -20,7 +20,7 @@ from hookrelay.outbox.ops.dead_letters import (
     to_resource,
 )
 from hookrelay.service.api.validation import timestamp
-from hookrelay.service.cli.tty_text import printable
+from hookrelay.service.server.tty_text import printable
 
 PAGE = 1000
 

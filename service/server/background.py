@@ -98,7 +98,7 @@ class _DispatcherThread(threading.Thread):
 def dispatcher_background(
     runtime: Runtime,
 ) -> Callable[[asyncpg.Pool, Signals], contextlib.AbstractAsyncContextManager[Dispatcher]]:
-    """A ``Background`` for :func:`hookrelay.service.api.app.create_app`: the dispatcher on a
+    """A ``Background`` for :func:`hookrelay.service.server.app.create_app`: the dispatcher on a
     loop and a pool of its own (the API's pool is not used), woken directly by
     the API's commits of new events."""
 

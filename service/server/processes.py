@@ -12,10 +12,9 @@ from starlette.applications import Starlette
 
 from hookrelay.outbox.store.pool import create_pool
 from hookrelay.outbox.tasks.timeouts import sweeping
-from hookrelay.service.api.app import create_app
-from hookrelay.service.cli.tty_text import printable
 from hookrelay.service.server import event_loop as serving
 from hookrelay.service.server import lifecycle
+from hookrelay.service.server.app import create_app
 from hookrelay.service.server.background import (
     dispatcher_background,
     make_dispatcher,
@@ -25,6 +24,7 @@ from hookrelay.service.server.lifecycle import Stopped, Stopping
 from hookrelay.service.server.open_database import open_database
 from hookrelay.service.server.prerequisites import Runtime, prepare
 from hookrelay.service.server.settings import Settings
+from hookrelay.service.server.tty_text import printable
 
 log = logging.getLogger("hookrelay")
 
