@@ -1,1 +1,12 @@
-"""TODO."""
+"""How a callback leaves the process: names resolved with a deadline, addresses checked
+against the SSRF policy, the POST itself, and our own faults told from the receiver's.
+
+- :mod:`.dns`           asynchronous lookups (c-ares), a deadline each, a TTL cache
+- :mod:`.ssrf`          the address policy, the URL check and the checking resolver
+- :mod:`.http`          the senders: one POST with a capped reply (aiohttp; httpx in tests)
+- :mod:`.local_faults`  what a failure of this process looks like, and its report
+
+May import: :mod:`hookrelay.outbox.destinations` (the prefix table, default ports),
+errors and metrics. Nothing of the database, and nothing of dispatch: the dispatcher
+builds on this package, not the other way round.
+"""

@@ -14,13 +14,19 @@ drivers run on asyncpg, psycopg 3 or SQLAlchemy. One module per area:
 - :mod:`.destinations` per-host circuit state
 - :mod:`.deadletters`  dead letters: listing, lookup, replay
 - :mod:`.tenants`      tenants and signing secrets
-- :mod:`.metrics`      gauges read at scrape time
+- :mod:`.masterkey`    the master key check, re-encryption of every secret
+- :mod:`.console`      what the ops console reads beyond the other areas, its audit trail
+- :mod:`.metrics`      gauges read at scrape time, the readiness ping
 - :mod:`.retention`    purges past retention
-- :mod:`.schema`       the lock that serialises schema changes
 - :mod:`.steps`        statements as values, and the plans written over them
-- :mod:`.drivers`      runs a plan on the caller's connection; asyncpg's driver
-- :mod:`.via_psycopg`, :mod:`.via_sqlalchemy`  the drivers for those libraries (optional
-  extras); :mod:`.via_sqlalchemy_async` the async SQLAlchemy one (it needs greenlet)
+- :mod:`.drivers`      runs a plan on the caller's connection (asyncpg, psycopg 3, SQLAlchemy)
+
+and the connections and the schema: :mod:`.pool` (a pool that waits for the database),
+:mod:`.listener` (a LISTEN connection that comes back), :mod:`.migrate` with
+:mod:`.migration_steps` (numbered migrations) and :mod:`.schema` (their lock and record).
+
+May import: :mod:`hookrelay.outbox.sql` (nothing else does),
+:mod:`hookrelay.outbox.destinations` (the host-key migration), errors and models.
 """
 
 from hookrelay.outbox.store import (

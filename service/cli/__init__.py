@@ -1,4 +1,12 @@
-"""hookrelay: webhook delivery with a transactional outbox, signed callbacks and dead letters."""
+"""The ``hookrelay`` command: one parser for every subcommand, and the failure of any of
+them as an exit status and one line (:mod:`.failures`).
+
+The subcommands' own modules: :mod:`.database` (``migrate``, ``master-key``),
+:mod:`.dead_letters`, :mod:`.tenants`, :mod:`.listen` (a local receiver). ``serve``,
+``api`` and ``dispatch`` run :mod:`hookrelay.service.server.processes`.
+
+The top layer of the service: it may import every other package of it and the outbox.
+"""
 
 from __future__ import annotations
 
@@ -26,6 +34,9 @@ from hookrelay.service.server.settings import Settings
 from hookrelay.service.server.tty_text import fail, one_line
 
 log = logging.getLogger("hookrelay")
+DESCRIPTION = (
+    "hookrelay: webhook delivery with a transactional outbox, signed callbacks and dead letters."
+)
 SERVICES = frozenset({"serve", "api", "dispatch"})
 EPILOG = """\
 Settings come from the environment, not from flags or files: DATABASE_URL (unset: an
@@ -96,7 +107,7 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="hookrelay",
-        description=__doc__,
+        description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
