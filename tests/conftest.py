@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from hookrelay.outbox.keys.at_rest import SecretBox
-from hookrelay.outbox.store.migrate import migrate
+from hookrelay.outbox.store.migrations import migrate
 from hookrelay.outbox.store.pool import create_pool
 from hookrelay.service.server import embedded, lifecycle
 from hookrelay.service.server import event_loop as serving

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from hookrelay.outbox.store.migrate import migrate, migrations
+from hookrelay.outbox.store.migrations import migrate, migrations
 from tests.test_migrate import NewDb, new_db, run_migrate
 
 __all__ = ["new_db"]  # the fixture, used by name

@@ -12,4 +12,22 @@ May import: :mod:`hookrelay.outbox.keys` (the signing keys and signatures),
 :mod:`hookrelay.outbox.egress` (sending), the store and errors, ids, metrics, models.
 Never tasks, ops or tenants: the rows it delivers were written by them, and are all
 it knows of them.
+
+The names below are the package's surface: what the service (and any caller outside
+the outbox) imports, from here and not from the modules. Inside the outbox, modules
+import each other's modules directly.
 """
+
+from hookrelay.outbox.dispatch.attempt import AttemptLimits
+from hookrelay.outbox.dispatch.circuit import BreakerPolicy
+from hookrelay.outbox.dispatch.dispatcher import Dispatcher, DispatcherConfig, running
+from hookrelay.outbox.dispatch.retry import RetryPolicy
+
+__all__ = [
+    "AttemptLimits",
+    "BreakerPolicy",
+    "Dispatcher",
+    "DispatcherConfig",
+    "RetryPolicy",
+    "running",
+]

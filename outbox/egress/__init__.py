@@ -9,4 +9,21 @@ against the SSRF policy, the POST itself, and our own faults told from the recei
 May import: :mod:`hookrelay.outbox.destinations` (the prefix table, default ports),
 errors and metrics. Nothing of the database, and nothing of dispatch: the dispatcher
 builds on this package, not the other way round.
+
+The names below are the package's surface: what the service (and any caller outside
+the outbox) imports, from here and not from the modules. Inside the outbox, modules
+import each other's modules directly.
 """
+
+from hookrelay.outbox.egress.dns import DNS_SUBMIT_TIMEOUT_S, DNS_TIMEOUT_S, Resolver
+from hookrelay.outbox.egress.http import build_sender
+from hookrelay.outbox.egress.ssrf import AddressPolicy, guard_target
+
+__all__ = [
+    "DNS_SUBMIT_TIMEOUT_S",
+    "DNS_TIMEOUT_S",
+    "AddressPolicy",
+    "Resolver",
+    "build_sender",
+    "guard_target",
+]

@@ -23,7 +23,7 @@ from typing import Protocol
 import aiohttp
 import httpx
 
-from hookrelay.outbox.egress.dns import DELIVERY_TIMEOUT_S, AiohttpResolver, Resolver
+from hookrelay.outbox.egress.dns import DNS_TIMEOUT_S, AiohttpResolver, Resolver
 from hookrelay.outbox.egress.local_faults import as_local_fault
 from hookrelay.outbox.egress.ssrf import AddressPolicy, GuardedConnector, blocked_reason
 from hookrelay.outbox.errors import BlockedDestination, LocalFault, TransportError
@@ -151,7 +151,7 @@ def build_sender(
     concurrency: int,
     per_host: int,
     connect_timeout_s: float,
-    dns_timeout_s: float = DELIVERY_TIMEOUT_S,
+    dns_timeout_s: float = DNS_TIMEOUT_S,
     nameservers: Sequence[str] = (),
 ) -> Sender:
     """The production sender, with its own resolver (the delivery DNS budget)."""

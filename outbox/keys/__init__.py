@@ -11,4 +11,34 @@ signatures every webhook carries.
 Verifying a webhook is the receiver's side: :mod:`hookrelay.receiver`.
 
 May import: the store (the rows keys live in), errors and models.
+
+The names below are the package's surface: what the service (and any caller outside
+the outbox) imports, from here and not from the modules. Inside the outbox, modules
+import each other's modules directly.
 """
+
+from hookrelay.outbox.keys.at_rest import (
+    HOW_TO_GENERATE,
+    KEY_FILE,
+    SecretBox,
+    key_id,
+    load_or_create_master_key,
+    parse_master_key,
+)
+from hookrelay.outbox.keys.master_key import MasterKeyMismatch, rotate_master_key, verify_or_record
+from hookrelay.outbox.keys.signing_keys import SigningKeyRow, list_signing_keys, rotate_secret
+
+__all__ = [
+    "HOW_TO_GENERATE",
+    "KEY_FILE",
+    "MasterKeyMismatch",
+    "SecretBox",
+    "SigningKeyRow",
+    "key_id",
+    "list_signing_keys",
+    "load_or_create_master_key",
+    "parse_master_key",
+    "rotate_master_key",
+    "rotate_secret",
+    "verify_or_record",
+]

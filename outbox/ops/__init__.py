@@ -9,4 +9,40 @@ and purging what is past retention.
 
 May import: the store, errors and models. :mod:`hookrelay.outbox.tasks` builds on
 :mod:`.requeue` and :mod:`.retention`, so nothing here imports a task's use cases.
+
+The names below are the package's surface: what the service (and any caller outside
+the outbox) imports, from here and not from the modules. Inside the outbox, modules
+import each other's modules directly.
 """
+
+from hookrelay.outbox.ops.audit import (
+    NO_REASON,
+    MinuteCount,
+    bulk_replay,
+    close_circuit,
+    preview_replay,
+    replay_audited,
+    replay_selected,
+)
+from hookrelay.outbox.ops.dead_letters import (
+    DeadLetter,
+    DeadLetterFilter,
+    get_dead_letter,
+    list_dead_letters,
+    to_resource,
+)
+
+__all__ = [
+    "NO_REASON",
+    "DeadLetter",
+    "DeadLetterFilter",
+    "MinuteCount",
+    "bulk_replay",
+    "close_circuit",
+    "get_dead_letter",
+    "list_dead_letters",
+    "preview_replay",
+    "replay_audited",
+    "replay_selected",
+    "to_resource",
+]

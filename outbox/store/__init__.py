@@ -22,15 +22,22 @@ drivers run on asyncpg, psycopg 3 or SQLAlchemy. One module per area:
 - :mod:`.drivers`      runs a plan on the caller's connection (asyncpg, psycopg 3, SQLAlchemy)
 
 and the connections and the schema: :mod:`.pool` (a pool that waits for the database),
-:mod:`.listener` (a LISTEN connection that comes back), :mod:`.migrate` with
+:mod:`.listener` (a LISTEN connection that comes back), :mod:`.migrations` with
 :mod:`.migration_steps` (numbered migrations) and :mod:`.schema` (their lock and record).
 
 May import: :mod:`hookrelay.outbox.sql` (nothing else does),
 :mod:`hookrelay.outbox.destinations` (the host-key migration), errors and models.
+
+The service's surface: the pool, the listener, the migrations and the channels by the
+names below, and the areas it reads as they are (:mod:`.changes` for the status
+streams, :mod:`.console`, :mod:`.destinations`, :mod:`.events` for its NOTIFY,
+:mod:`.metrics`); pyproject.toml's contract lists those five. Inside the outbox,
+modules import each other's modules directly.
 """
 
 from hookrelay.outbox.store import (
     changes,
+    console,
     deadletters,
     delivery,
     destinations,
@@ -43,6 +50,9 @@ from hookrelay.outbox.store import (
 )
 from hookrelay.outbox.store.changes import CHANGES_CHANNEL
 from hookrelay.outbox.store.events import OUTBOX_CHANNEL, TASKS_CHANNEL
+from hookrelay.outbox.store.listener import Listener
+from hookrelay.outbox.store.migrations import migrate, migration_status
+from hookrelay.outbox.store.pool import TRANSIENT_ERRORS, create_pool
 from hookrelay.outbox.store.tenants import KEYS_CHANNEL
 
 __all__ = [
@@ -50,12 +60,18 @@ __all__ = [
     "KEYS_CHANNEL",
     "OUTBOX_CHANNEL",
     "TASKS_CHANNEL",
+    "TRANSIENT_ERRORS",
+    "Listener",
     "changes",
+    "console",
+    "create_pool",
     "deadletters",
     "delivery",
     "destinations",
     "events",
     "metrics",
+    "migrate",
+    "migration_status",
     "retention",
     "schema",
     "tasks",

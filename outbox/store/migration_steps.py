@@ -1,6 +1,6 @@
 """Migration steps SQL cannot express, keyed by migration name (its number may change).
 
-``hookrelay.outbox.store.migrate`` runs a migration's step right after its SQL, in the same
+``hookrelay.outbox.store.migrations`` runs a migration's step right after its SQL, in the same
 transaction and under the same advisory lock, so a step is applied exactly
 once, together with its migration, or not at all. A step's statements are here too,
 beside it (they run for that migration only).

@@ -16,4 +16,44 @@ that row is :mod:`hookrelay.outbox.dispatch`'s job, not this package's.
 May import: :mod:`hookrelay.outbox.ops` (requeue, retention), the store, destinations
 and errors, ids, models. Never dispatch, keys, egress or tenants (pyproject.toml's
 layers).
+
+The names below are the package's surface: what the service (and any caller outside
+the outbox) imports, from here and not from the modules. Inside the outbox, modules
+import each other's modules directly.
 """
+
+from hookrelay.outbox.tasks.progress import check_progress, report_progress
+from hookrelay.outbox.tasks.redelivery import attempts, redeliver
+from hookrelay.outbox.tasks.submit import (
+    Cursor,
+    Idempotency,
+    NewTask,
+    create_task,
+    get_task,
+    list_tasks,
+)
+from hookrelay.outbox.tasks.test_events import PING, get_test_event, send_test_event
+from hookrelay.outbox.tasks.timeouts import Retention, sweeping
+from hookrelay.outbox.tasks.transitions import cancel_task, complete_task, start_task, timeout_task
+
+__all__ = [
+    "PING",
+    "Cursor",
+    "Idempotency",
+    "NewTask",
+    "Retention",
+    "attempts",
+    "cancel_task",
+    "check_progress",
+    "complete_task",
+    "create_task",
+    "get_task",
+    "get_test_event",
+    "list_tasks",
+    "redeliver",
+    "report_progress",
+    "send_test_event",
+    "start_task",
+    "sweeping",
+    "timeout_task",
+]

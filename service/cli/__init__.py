@@ -20,7 +20,7 @@ from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, NoReturn
 
-from hookrelay.outbox.store.pool import create_pool
+from hookrelay.outbox.store import create_pool
 from hookrelay.service.cli import database as database_cli
 from hookrelay.service.cli import dead_letters as deadletters_cli
 from hookrelay.service.cli import failures, listen

@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from hookrelay.outbox.store import CHANGES_CHANNEL, TASKS_CHANNEL, changes
-from hookrelay.outbox.store.listener import Listener
+from hookrelay.outbox.store import CHANGES_CHANNEL, TASKS_CHANNEL, Listener, changes
 from hookrelay.service.api.errors import ApiError, ServiceUnavailable
 from hookrelay.service.live.changes import Change, Reset
 from hookrelay.service.live.coalesce import Coalesced

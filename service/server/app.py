@@ -12,8 +12,8 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Route
 
-from hookrelay.outbox.egress.dns import Resolver
-from hookrelay.outbox.store.pool import create_pool
+from hookrelay.outbox.egress import Resolver
+from hookrelay.outbox.store import create_pool
 from hookrelay.service import console
 from hookrelay.service.api import openapi
 from hookrelay.service.api.auth import KeyCache, revocations

@@ -19,11 +19,10 @@ from collections.abc import AsyncIterator, Callable
 
 import asyncpg
 
-from hookrelay.outbox.dispatch.attempt import AttemptLimits
-from hookrelay.outbox.dispatch.dispatcher import Dispatcher, DispatcherConfig
-from hookrelay.outbox.egress.http import build_sender
-from hookrelay.outbox.store.pool import create_pool
-from hookrelay.outbox.tasks.timeouts import sweeping
+from hookrelay.outbox.dispatch import AttemptLimits, Dispatcher, DispatcherConfig
+from hookrelay.outbox.egress import build_sender
+from hookrelay.outbox.store import create_pool
+from hookrelay.outbox.tasks import sweeping
 from hookrelay.service.live.wakeups import Signals
 from hookrelay.service.server import event_loop as serving
 from hookrelay.service.server.prerequisites import Runtime

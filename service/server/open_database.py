@@ -11,10 +11,14 @@ import contextlib
 import logging
 
 from hookrelay.outbox.errors import ConfigurationError
-from hookrelay.outbox.keys.at_rest import KEY_FILE, key_id, parse_master_key
-from hookrelay.outbox.keys.master_key import MasterKeyMismatch, verify_or_record
-from hookrelay.outbox.store.migrate import migrate
-from hookrelay.outbox.store.pool import create_pool
+from hookrelay.outbox.keys import (
+    KEY_FILE,
+    MasterKeyMismatch,
+    key_id,
+    parse_master_key,
+    verify_or_record,
+)
+from hookrelay.outbox.store import create_pool, migrate
 from hookrelay.service.server.prerequisites import Runtime
 
 log = logging.getLogger("hookrelay")

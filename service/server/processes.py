@@ -10,8 +10,8 @@ import logging
 
 from starlette.applications import Starlette
 
-from hookrelay.outbox.store.pool import create_pool
-from hookrelay.outbox.tasks.timeouts import sweeping
+from hookrelay.outbox.store import create_pool
+from hookrelay.outbox.tasks import sweeping
 from hookrelay.service.server import event_loop as serving
 from hookrelay.service.server import lifecycle
 from hookrelay.service.server.app import create_app

@@ -81,7 +81,7 @@ async def migrate(conn: asyncpg.Connection, *, upto: int | None = None) -> list[
     return done
 
 
-async def status(conn: asyncpg.Connection) -> list[MigrationStatus]:
+async def migration_status(conn: asyncpg.Connection) -> list[MigrationStatus]:
     """Every known migration with when it was applied (None if pending); changes nothing."""
     applied: dict[int, datetime | None] = dict(await _applied(conn))
     if not applied and await schema.initial_tables_exist(conn):
