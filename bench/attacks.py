@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from bench.common import fresh_database, server_dsn
-from bench.procs import ROOT, free_port, wait_for_port
+from harness.procs import ROOT, free_port, wait_for_port
 
 HEADER_MB = 128
 SLOW_CLIENTS = 1050

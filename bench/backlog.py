@@ -28,7 +28,7 @@ from bench.common import (
     server_dsn,
     server_facts,
 )
-from bench.procs import master_key, service_env
+from harness.procs import master_key, service_env
 from hookrelay.outbox import complete_task
 from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.store import changes, delivery

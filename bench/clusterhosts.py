@@ -28,10 +28,10 @@ import asyncpg
 import httpx
 
 from bench.backlog import fill
-from bench.common import eventually
 from bench.netns import Host, Network
 from bench.pgnodes import PORT, PgNode, cpu_seconds
-from bench.procs import ROOT, hookrelay, master_key, service_env
+from harness.procs import ROOT, hookrelay, master_key, service_env
+from harness.waiting import eventually
 from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.store.pool import apply_schema
 

@@ -38,8 +38,8 @@ import asyncpg
 
 from bench.common import ReceiverProcess, fresh_database, outbox_empty, record, server_dsn
 from bench.pgq import pgq_rate
-from bench.procs import ROOT, hookrelay, master_key, service_env
 from bench.sched import PER_HOST, cpu_s, own_cpu_s
+from harness.procs import ROOT, hookrelay, master_key, service_env
 from hookrelay.outbox import complete_task
 from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.store import changes

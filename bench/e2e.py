@@ -16,7 +16,7 @@ import time
 import aiohttp
 
 from bench.common import ReceiverProcess, drain, fresh_database, record, server_dsn
-from bench.procs import master_key, service_env
+from harness.procs import master_key, service_env
 from hookrelay.outbox import complete_task
 from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.store import changes

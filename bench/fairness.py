@@ -30,7 +30,7 @@ from bench.common import (
     server_dsn,
     start_dispatcher,
 )
-from bench.procs import ROOT, free_port, master_key, service_env, wait_for_port
+from harness.procs import ROOT, free_port, master_key, service_env, wait_for_port
 from hookrelay.outbox import complete_task
 from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.store.pool import create_pool

@@ -20,8 +20,8 @@ import asyncpg
 
 from bench.backlog import fill
 from bench.common import ReceiverProcess, fresh_database, record, server_dsn, server_facts
-from bench.procs import master_key, service_env
 from bench.sched import drain_counted
+from harness.procs import master_key, service_env
 from hookrelay.outbox.keys.at_rest import SecretBox
 
 COUNTERS = """

@@ -19,7 +19,7 @@ import time
 import aiohttp
 
 from bench.common import ReceiverProcess, fresh_database, percentile, record, server_dsn
-from bench.procs import ROOT, hookrelay, master_key, service_env
+from harness.procs import ROOT, hookrelay, master_key, service_env
 from hookrelay.outbox import complete_task
 from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.store.pool import create_pool

@@ -31,8 +31,8 @@ from typing import Any
 import asyncpg
 
 from bench.common import ReceiverProcess, fresh_database, percentile, record, server_dsn
-from bench.procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
 from bench.sched import cpu_s
+from harness.procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
 from hookrelay.outbox import ids
 from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.store import changes

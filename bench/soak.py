@@ -30,7 +30,7 @@ from bench.common import (
     server_facts,
     start_dispatcher,
 )
-from bench.procs import master_key, service_env
+from harness.procs import master_key, service_env
 from hookrelay.outbox import complete_task
 from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.store.pool import create_pool

@@ -33,7 +33,7 @@ import asyncpg
 import httpx
 
 from bench.common import fresh_database, percentile, record, server_dsn
-from bench.procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
+from harness.procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
 from hookrelay.outbox import report_progress, start_task
 
 KINDS = {"sse": "SSE", "ws": "WebSocket", "lp": "long-poll (baseline)"}

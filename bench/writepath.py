@@ -30,8 +30,8 @@ import asyncpg
 
 from bench.api import load
 from bench.common import fresh_database, record, server_dsn
-from bench.procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
 from bench.sched import cpu_s
+from harness.procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
 from hookrelay.outbox import ids
 from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.store import changes
