@@ -8,14 +8,13 @@
 - :mod:`.retry`        the retry policy as data (the schedule is stored on the row)
 - :mod:`.circuit`      the per-host circuit breaker and its probes
 
-May import: :mod:`hookrelay.outbox.keys` (the signing keys and signatures),
-:mod:`hookrelay.outbox.egress` (sending), the store and errors, ids, metrics, models.
-Never tasks, ops or tenants: the rows it delivers were written by them, and are all
-it knows of them.
+May import (pyproject.toml's layers) ops, keys, egress, the store, destinations and the
+shared errors, ids, metrics and models; never tasks or tenants, its neighbours: the
+rows it delivers were written by them, and are all it knows of them. It uses
+:mod:`hookrelay.outbox.keys` (signing keys, signatures), :mod:`hookrelay.outbox.egress`
+(sending) and the store.
 
-The names below are the package's surface: what the service (and any caller outside
-the outbox) imports, from here and not from the modules. Inside the outbox, modules
-import each other's modules directly.
+Its surface, ``__all__``, is what the service imports (never its modules).
 """
 
 from hookrelay.outbox.dispatch.attempt import AttemptLimits

@@ -6,13 +6,12 @@ against the SSRF policy, the POST itself, and our own faults told from the recei
 - :mod:`.http`          the senders: one POST with a capped reply (aiohttp; httpx in tests)
 - :mod:`.local_faults`  what a failure of this process looks like, and its report
 
-May import: :mod:`hookrelay.outbox.destinations` (the prefix table, default ports),
-errors and metrics. Nothing of the database, and nothing of dispatch: the dispatcher
-builds on this package, not the other way round.
+May import (pyproject.toml's layers) the store, destinations and the shared errors, ids,
+metrics and models; never ops or keys, its neighbours, nor dispatch, which builds on
+it. Sending needs no database: it uses only :mod:`hookrelay.outbox.destinations` (the
+prefix table, default ports), errors and metrics.
 
-The names below are the package's surface: what the service (and any caller outside
-the outbox) imports, from here and not from the modules. Inside the outbox, modules
-import each other's modules directly.
+Its surface, ``__all__``, is what the service imports (never its modules).
 """
 
 from hookrelay.outbox.egress.dns import DNS_SUBMIT_TIMEOUT_S, DNS_TIMEOUT_S, Resolver

@@ -10,11 +10,11 @@ signatures every webhook carries.
 
 Verifying a webhook is the receiver's side: :mod:`hookrelay.receiver`.
 
-May import: the store (the rows keys live in), errors and models.
+May import (pyproject.toml's layers) the store, destinations and the shared errors, ids,
+metrics and models; never ops or egress, its neighbours. It uses the store (the rows
+keys live in), errors and models.
 
-The names below are the package's surface: what the service (and any caller outside
-the outbox) imports, from here and not from the modules. Inside the outbox, modules
-import each other's modules directly.
+Its surface, ``__all__``, is what the service imports (never its modules).
 """
 
 from hookrelay.outbox.keys.at_rest import (

@@ -7,12 +7,11 @@ and purging what is past retention.
 - :mod:`.requeue`       the one way an event goes back (replay and redelivery alike)
 - :mod:`.retention`     purges in small batches within a time budget
 
-May import: the store, errors and models. :mod:`hookrelay.outbox.tasks` builds on
-:mod:`.requeue` and :mod:`.retention`, so nothing here imports a task's use cases.
+May import (pyproject.toml's layers) the store, destinations and the shared errors, ids,
+metrics and models; never keys or egress, its neighbours, nor tasks, which builds on
+:mod:`.requeue` and :mod:`.retention`. It uses the store, errors and models.
 
-The names below are the package's surface: what the service (and any caller outside
-the outbox) imports, from here and not from the modules. Inside the outbox, modules
-import each other's modules directly.
+Its surface, ``__all__``, is what the service imports (never its modules).
 """
 
 from hookrelay.outbox.ops.audit import (

@@ -25,8 +25,9 @@ and the connections and the schema: :mod:`.pool` (a pool that waits for the data
 :mod:`.listener` (a LISTEN connection that comes back), :mod:`.migrations` with
 :mod:`.migration_steps` (numbered migrations) and :mod:`.schema` (their lock and record).
 
-May import: :mod:`hookrelay.outbox.sql` (nothing else does),
-:mod:`hookrelay.outbox.destinations` (the host-key migration), errors and models.
+May import (pyproject.toml's layers) :mod:`hookrelay.outbox.sql` (nothing else does),
+:mod:`hookrelay.outbox.destinations` (the host-key migration) and the shared errors,
+ids, metrics and models; nothing above it.
 
 The service's surface: the pool, the listener, the migrations and the channels by the
 names below, and the areas it reads as they are (:mod:`.changes` for the status

@@ -13,13 +13,12 @@ its event sent again.
 A terminal change writes the task and its outbox row in one transaction; delivering
 that row is :mod:`hookrelay.outbox.dispatch`'s job, not this package's.
 
-May import: :mod:`hookrelay.outbox.ops` (requeue, retention), the store, destinations
-and errors, ids, models. Never dispatch, keys, egress or tenants (pyproject.toml's
-layers).
+May import (pyproject.toml's layers) ops, keys, egress, the store, destinations and
+the shared errors, ids, metrics and models; never dispatch or tenants, its neighbours,
+nor sync. It uses :mod:`hookrelay.outbox.ops` (requeue, retention), the store and
+destinations.
 
-The names below are the package's surface: what the service (and any caller outside
-the outbox) imports, from here and not from the modules. Inside the outbox, modules
-import each other's modules directly.
+Its surface, ``__all__``, is what the service imports (never its modules).
 """
 
 from hookrelay.outbox.tasks.progress import check_progress, report_progress

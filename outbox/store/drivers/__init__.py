@@ -12,6 +12,9 @@ The driver is picked by the connection's type, once per type. psycopg and
 SQLAlchemy are optional extras: their modules are imported only when one of
 their connections is seen. asyncpg's connection is used as it is, so the
 service's own calls pay for one lookup and one small object.
+
+Of hookrelay, this package and its adapters import only :mod:`hookrelay.outbox.store.steps`
+and :mod:`hookrelay.outbox.errors`.
 """
 
 from __future__ import annotations
