@@ -31,12 +31,12 @@ from typing import Any
 import asyncpg
 
 from bench.common import ReceiverProcess, fresh_database, percentile, record, server_dsn
-from bench.procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
 from bench.sched import cpu_s
 from hookrelay.outbox import ids
 from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.store import changes
 from hookrelay.outbox.tenants import create_tenant
+from tests.harness.procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
 
 WARM = 50  # completions first, unmeasured: connections open, caches warm
 

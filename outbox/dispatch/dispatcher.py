@@ -25,7 +25,6 @@ from hookrelay.outbox import ids
 from hookrelay.outbox.dispatch.attempt import AttemptLimits, AttemptResult, attempt
 from hookrelay.outbox.dispatch.circuit import BreakerPolicy, take_probes
 from hookrelay.outbox.dispatch.claim_ahead import AheadQueues, Waiting
-from hookrelay.outbox.dispatch.local_faults import DEFER_S, FaultReporter
 from hookrelay.outbox.dispatch.outcomes import Recorder
 from hookrelay.outbox.dispatch.retry import RetryPolicy
 from hookrelay.outbox.dispatch.scheduler import (
@@ -40,6 +39,7 @@ from hookrelay.outbox.dispatch.scheduler import (
     still_due,
 )
 from hookrelay.outbox.egress.http import Sender
+from hookrelay.outbox.egress.local_faults import DEFER_S, FaultReporter
 from hookrelay.outbox.egress.ssrf import AddressPolicy
 from hookrelay.outbox.errors import LocalFault
 from hookrelay.outbox.keys.at_rest import SecretBox

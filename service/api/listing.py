@@ -18,7 +18,7 @@ import asyncpg
 import msgspec
 
 from hookrelay.outbox.models import Task
-from hookrelay.outbox.tasks.submit import Cursor, list_tasks
+from hookrelay.outbox.tasks import Cursor, list_tasks
 
 CHUNK_ROWS = 20
 # id and updatedAt always come back with fields=: they are what a caller reconciles

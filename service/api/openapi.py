@@ -19,7 +19,7 @@ from starlette.routing import Route
 
 from hookrelay.outbox.models import TaskResource
 from hookrelay.service.api import shapes
-from hookrelay.service.server.release import release
+from hookrelay.service.api.release import release
 
 Schema = dict[str, Any]
 REF = "#/components/schemas/{name}"

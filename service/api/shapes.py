@@ -34,8 +34,8 @@ from hookrelay.outbox.models import (
     TestEventStatus,
     Time,
 )
-from hookrelay.outbox.ops.audit import NO_REASON
-from hookrelay.outbox.store.deadletters import DeadLetter as StoredDeadLetter
+from hookrelay.outbox.ops import NO_REASON
+from hookrelay.outbox.ops import DeadLetter as StoredDeadLetter
 from hookrelay.outbox.tenants import NewTenant
 
 # -- field types ------------------------------------------------------------------------

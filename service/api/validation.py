@@ -11,7 +11,7 @@ from datetime import datetime
 
 import msgspec
 
-from hookrelay.outbox.tasks.submit import Cursor
+from hookrelay.outbox.tasks import Cursor
 from hookrelay.service.api import request_guard as guard
 from hookrelay.service.api.errors import BadRequest
 from hookrelay.service.api.shapes import IDEMPOTENCY_KEY_PATTERN, MAX_CURSOR

@@ -11,12 +11,11 @@ from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 
-from hookrelay.outbox.store.pool import create_pool
-from hookrelay.outbox.tasks.timeouts import sweeping
-from hookrelay.service.api.app import create_app
-from hookrelay.service.cli.tty_text import printable
+from hookrelay.outbox.store import create_pool
+from hookrelay.outbox.tasks import sweeping
 from hookrelay.service.server import dispatch_http, lifecycle
 from hookrelay.service.server import event_loop as serving
+from hookrelay.service.server.app import create_app
 from hookrelay.service.server.background import (
     dispatcher_background,
     make_dispatcher,
@@ -26,6 +25,7 @@ from hookrelay.service.server.lifecycle import Stopped, Stopping
 from hookrelay.service.server.open_database import open_database
 from hookrelay.service.server.prerequisites import Runtime, existing_admin_token, prepare
 from hookrelay.service.server.settings import Settings
+from hookrelay.service.server.tty_text import printable
 
 log = logging.getLogger("hookrelay")
 

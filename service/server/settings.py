@@ -25,15 +25,11 @@ from urllib.parse import urlsplit
 import msgspec
 from msgspec import Meta
 
-from hookrelay.outbox.dispatch.attempt import AttemptLimits
-from hookrelay.outbox.dispatch.circuit import BreakerPolicy
-from hookrelay.outbox.dispatch.dispatcher import DispatcherConfig
-from hookrelay.outbox.dispatch.retry import RetryPolicy
-from hookrelay.outbox.egress import dns
-from hookrelay.outbox.egress.ssrf import AddressPolicy
+from hookrelay.outbox.dispatch import AttemptLimits, BreakerPolicy, DispatcherConfig, RetryPolicy
+from hookrelay.outbox.egress import DNS_SUBMIT_TIMEOUT_S, DNS_TIMEOUT_S, AddressPolicy
 from hookrelay.outbox.errors import ConfigurationError
-from hookrelay.outbox.keys.at_rest import parse_master_key
-from hookrelay.outbox.tasks.timeouts import Retention
+from hookrelay.outbox.keys import parse_master_key
+from hookrelay.outbox.tasks import Retention
 
 # Where ``hookrelay dispatch`` serves /metrics, /healthz and /readyz unless
 # HOOKRELAY_METRICS_PORT says otherwise: the Prometheus exporter port OpenTelemetry
@@ -192,11 +188,11 @@ class Settings:
     dns_submit_timeout_s: Annotated[
         Seconds,
         doc("deadline of one DNS lookup when a task is submitted (past it: 422)", gt=0),
-    ] = dns.SUBMIT_TIMEOUT_S
+    ] = DNS_SUBMIT_TIMEOUT_S
     dns_timeout_s: Annotated[
         Seconds,
         doc("deadline of one DNS lookup when delivering (past it: that attempt fails)", gt=0),
-    ] = dns.DELIVERY_TIMEOUT_S
+    ] = DNS_TIMEOUT_S
     dns_servers: Annotated[
         str,
         doc("comma-separated nameservers, `ip` or `ip:port`", shown="empty: `/etc/resolv.conf`"),

@@ -6,8 +6,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from hookrelay.outbox.keys.signing_keys import rotate_secret
-from hookrelay.outbox.tasks.submit import Cursor
+from hookrelay.outbox.keys import rotate_secret
+from hookrelay.outbox.tasks import Cursor
 from hookrelay.outbox.tenants import create_tenant, list_tenants, rotate_api_key
 from hookrelay.service.api import shapes, validation
 from hookrelay.service.api.auth import require_admin

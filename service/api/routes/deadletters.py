@@ -6,13 +6,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from hookrelay.outbox.ops import audit as ops
-from hookrelay.outbox.ops.dead_letters import (
-    DeadLetterFilter,
-    get_dead_letter,
-    list_dead_letters,
-)
-from hookrelay.outbox.tasks.submit import Cursor
+from hookrelay.outbox import ops
+from hookrelay.outbox.ops import DeadLetterFilter, get_dead_letter, list_dead_letters
+from hookrelay.outbox.tasks import Cursor
 from hookrelay.service.api import shapes, validation
 from hookrelay.service.api.auth import require_admin
 from hookrelay.service.api.bodies import answer, read_body, read_query

@@ -11,8 +11,8 @@ from starlette.routing import Route
 
 from hookrelay.outbox.store.metrics import ping
 from hookrelay.service.api.bodies import answer
+from hookrelay.service.api.release import release
 from hookrelay.service.api.shapes import ErrorDetail, Health, Liveness
-from hookrelay.service.server.release import release
 
 READY_TIMEOUT_S = 2.0
 

@@ -7,7 +7,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from hookrelay.outbox.keys.signing_keys import SigningKeyRow, signing_keys
+from hookrelay.outbox.keys import SigningKeyRow, list_signing_keys
 from hookrelay.service.api import shapes
 from hookrelay.service.api.auth import require_tenant
 from hookrelay.service.api.bodies import answer
@@ -27,7 +27,7 @@ def _key(row: SigningKeyRow) -> shapes.SigningKey:
 async def index(request: Request) -> Response:
     tenant_id = await require_tenant(request)
     async with request.app.state.pool.acquire() as conn:
-        scheme, keys = await signing_keys(conn, tenant_id)
+        scheme, keys = await list_signing_keys(conn, tenant_id)
     return answer(shapes.SigningKeys(signature_scheme=scheme, data=[_key(k) for k in keys]))
 
 

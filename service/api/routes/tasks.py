@@ -12,10 +12,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from hookrelay.outbox import tasks as outbox_tasks
 from hookrelay.outbox.models import Task
-from hookrelay.outbox.tasks import progress as outbox_progress
-from hookrelay.outbox.tasks import redelivery, transitions
-from hookrelay.outbox.tasks.submit import Idempotency, NewTask, create_task, get_task
+from hookrelay.outbox.tasks import Idempotency, NewTask, create_task, get_task
 from hookrelay.service.api import listing, shapes, validation
 from hookrelay.service.api.auth import Caller, caller, require_admin, require_tenant
 from hookrelay.service.api.bodies import answer, read_body, read_query
@@ -142,7 +141,7 @@ async def index(request: Request) -> Response:
 
 async def start(request: Request) -> Response:
     await require_admin(request)
-    return await _apply(request, lambda conn, tid: transitions.start_task(conn, tid, notify=False))
+    return await _apply(request, lambda conn, tid: outbox_tasks.start_task(conn, tid, notify=False))
 
 
 async def complete(request: Request) -> Response:
@@ -150,7 +149,7 @@ async def complete(request: Request) -> Response:
     body = await read_body(request, shapes.CompleteBody)
     return await _apply(
         request,
-        lambda conn, tid: transitions.complete_task(
+        lambda conn, tid: outbox_tasks.complete_task(
             conn, tid, body.status, body.result, body.error, notify=False
         ),
     )
@@ -161,7 +160,7 @@ async def progress(request: Request) -> Response:
     body = await read_body(request, shapes.ProgressBody)
     return await _apply(
         request,
-        lambda conn, tid: outbox_progress.report_progress(
+        lambda conn, tid: outbox_tasks.report_progress(
             conn, tid, body.percent, body.message, notify=False
         ),
     )
@@ -172,7 +171,9 @@ async def cancel(request: Request) -> Response:
     await read_body(request, shapes.NoBody, required=False)
     return await _apply(
         request,
-        lambda conn, tid: transitions.cancel_task(conn, tid, tenant_id=who.tenant_id, notify=False),
+        lambda conn, tid: outbox_tasks.cancel_task(
+            conn, tid, tenant_id=who.tenant_id, notify=False
+        ),
     )
 
 
@@ -186,7 +187,7 @@ async def _apply(request: Request, change: Change) -> Response:
 async def deliveries(request: Request) -> Response:
     task = await _visible_task(request)
     async with request.app.state.pool.acquire() as conn:
-        log = await redelivery.attempts(conn, task.id)
+        log = await outbox_tasks.attempts(conn, task.id)
     return answer(
         shapes.Deliveries(task_id=task.id, event_id=task.event_id, data=[a.resource() for a in log])
     )
@@ -197,7 +198,7 @@ async def redeliver(request: Request) -> Response:
     await read_body(request, shapes.NoBody, required=False)
     by = "admin" if who.is_admin else f"tenant:{who.tenant_id}"
     async with request.app.state.pool.acquire() as conn:
-        task = await redelivery.redeliver(
+        task = await outbox_tasks.redeliver(
             conn, request.path_params["task_id"], tenant_id=who.tenant_id, by=by
         )
     return task_response(task, 202)

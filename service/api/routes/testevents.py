@@ -6,7 +6,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from hookrelay.outbox.tasks.test_events import get_test_event, send_test_event
+from hookrelay.outbox.tasks import get_test_event, send_test_event
 from hookrelay.service.api import shapes
 from hookrelay.service.api.auth import require_tenant
 from hookrelay.service.api.bodies import answer, read_body
