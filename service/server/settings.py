@@ -139,6 +139,9 @@ class Settings:
     port: int = 8000
     # ``hookrelay dispatch``'s own HTTP port (None: it serves none).
     metrics_port: int | None = METRICS_PORT
+    # API worker processes of ``serve`` and ``api`` (also ``--workers N``); None: the
+    # command's default (service/server/supervisor.py: default_workers says which and why).
+    workers: int | None = None
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
     max_connections: int = 1000
@@ -201,6 +204,7 @@ class Settings:
             "host": ("HOOKRELAY_HOST", str),
             "port": ("HOOKRELAY_PORT", _positive(int)),
             "metrics_port": ("HOOKRELAY_METRICS_PORT", _metrics_port),
+            "workers": ("HOOKRELAY_WORKERS", _positive(int)),
             "header_timeout_s": ("HOOKRELAY_HEADER_TIMEOUT_S", _positive(float)),
             "body_timeout_s": ("HOOKRELAY_BODY_TIMEOUT_S", _positive(float)),
             "max_connections": ("HOOKRELAY_MAX_CONNECTIONS", _positive(int)),
