@@ -5,7 +5,9 @@ For each count, in one run on one machine: ``POST /v1/tasks`` and
 connections, as ``python -m bench writepath``), with the bare INSERT ceiling measured
 right before, then ``hookrelay serve`` completing at each of ``--rates`` a second (as
 ``python -m bench receipt``). CPU is hookrelay's: the supervisor and all its workers.
-Ratios are to the first count, from the same run.
+Ratios are to the first count, from the same run; the rates of submit and complete are
+compared as fractions of the ceiling measured just before each, which cancels some of
+a shared machine's drift.
 
     python -m bench workers [--counts 1,2] [--seconds 5] [--clients 20] [--rates 200,1000]
 """
@@ -13,6 +15,7 @@ Ratios are to the first count, from the same run.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 
 from bench import receipt, writepath
@@ -33,7 +36,7 @@ async def main() -> None:
     args = p.parse_args()
     counts = [int(c) for c in args.counts.split(",")]
     rates = [float(r) for r in args.rates.split(",")]
-    rows: dict[int, dict[str, float]] = {}
+    runs: list[tuple[int, dict[str, float]]] = []
     for count in counts:
         print(f"-- {count} worker(s)", file=sys.stderr, flush=True)
         f = await writepath.measure(
@@ -42,8 +45,10 @@ async def main() -> None:
         row = {
             "ceiling": f["bare"].per_s,
             "submit": f["submit_one"].per_s,
+            "submit_x": f["submit_one"].per_s / f["bare"].per_s,
             "submit_cpu": f["submit_one"].cpu_us,
             "complete": f["complete_one"].per_s,
+            "complete_x": f["complete_one"].per_s / f["bare"].per_s,
             "complete_cpu": f["complete_one"].cpu_us,
             "bad": f["submit_one"].bad + f["complete_one"].bad,
         }
@@ -51,26 +56,34 @@ async def main() -> None:
             got = await receipt.through_hookrelay("serve", rate, 10, workers=count)
             row[f"p50_{rate:g}"], row[f"p99_{rate:g}"] = got.p50, got.p99
             row[f"cpu_{rate:g}"] = got.cpu_us
-        rows[count] = row
-    first = rows[counts[0]]
+        runs.append((count, row))
+    # Repeated counts (--counts 1,2,1,2) alternate, so drift on a shared machine
+    # affects both; each count's figure is then the median of its runs.
+    medians = {
+        count: {k: statistics.median(r[k] for c, r in runs if c == count) for k in runs[0][1]}
+        for count in dict.fromkeys(counts)
+    }
+    first = medians[counts[0]]
     head = (
         "| workers | submit/s (× ceiling) | API CPU µs/submit | complete/s (× ceiling) "
         "| API CPU µs/complete |"
         + "".join(f" serve {r:g}/s p50 / p99 ms | serve CPU µs/task at {r:g}/s |" for r in rates)
     )
+    repeated = len(counts) > len(medians)
     lines = [
         f"{args.clients} clients, one tenant; {args.seconds:g} s per write figure, 10 s per "
-        f"rate; this machine: {supervisor.usable_cpus()} usable CPUs",
+        f"rate; this machine: {supervisor.usable_cpus()} usable CPUs"
+        + ("; each count's row is the median of its runs" if repeated else ""),
         "",
         head,
         "|---" * (5 + 2 * len(rates)) + "|",
     ]
-    for count, row in rows.items():
+    for count, row in medians.items():
         cells = [
             str(count),
-            f"{_cell(row['submit'])} ({row['submit'] / row['ceiling']:.2f})",
+            f"{_cell(row['submit'])} ({row['submit_x']:.2f})",
             _cell(row["submit_cpu"]),
-            f"{_cell(row['complete'])} ({row['complete'] / row['ceiling']:.2f})",
+            f"{_cell(row['complete'])} ({row['complete_x']:.2f})",
             _cell(row["complete_cpu"]),
         ]
         for r in rates:
@@ -79,12 +92,12 @@ async def main() -> None:
                 _cell(row[f"cpu_{r:g}"]),
             ]
         lines.append("| " + " | ".join(cells) + " |")
-    for count, row in list(rows.items())[1:]:
+    for count, row in list(medians.items())[1:]:
         cells = [
             f"{count} ÷ {counts[0]}",
-            f"{row['submit'] / first['submit']:.2f}",
+            f"{row['submit_x'] / first['submit_x']:.2f}",
             f"{row['submit_cpu'] / first['submit_cpu']:.2f}",
-            f"{row['complete'] / first['complete']:.2f}",
+            f"{row['complete_x'] / first['complete_x']:.2f}",
             f"{row['complete_cpu'] / first['complete_cpu']:.2f}",
         ]
         for r in rates:
@@ -94,7 +107,7 @@ async def main() -> None:
                 f"{row[f'cpu_{r:g}'] / first[f'cpu_{r:g}']:.2f}",
             ]
         lines.append("| " + " | ".join(cells) + " |")
-    bad = sum(int(row["bad"]) for row in rows.values())
+    bad = sum(int(row["bad"]) for _, row in runs)
     lines += ["", f"non-2xx answers or errors in the write figures: {bad}", ""]
     table = "\n".join(lines)
     print(table)
