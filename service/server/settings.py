@@ -139,8 +139,9 @@ class Settings:
     port: int = 8000
     # ``hookrelay dispatch``'s own HTTP port (None: it serves none).
     metrics_port: int | None = METRICS_PORT
-    # API worker processes of ``serve`` and ``api`` (also ``--workers N``); None: the
-    # command's default (service/server/supervisor.py: default_workers says which and why).
+    # API worker processes of ``serve`` and ``api`` sharing the port (also ``--workers N``).
+    # None: the command's default, ``api`` one per usable CPU (at most 4) and ``serve`` 1
+    # (service/server/supervisor.py, default_workers, says why).
     workers: int | None = None
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
