@@ -31,7 +31,12 @@ from typing import Any
 import asyncpg
 
 from bench.common import ReceiverProcess, fresh_database, percentile, record, server_dsn
-from bench.procs import (
+from bench.sched import cpu_s
+from hookrelay.outbox import ids
+from hookrelay.outbox.keys.at_rest import SecretBox
+from hookrelay.outbox.store import changes
+from hookrelay.outbox.tenants import create_tenant
+from tests.harness.procs import (
     ROOT,
     WORKERS_UP_S,
     free_port,
@@ -40,11 +45,6 @@ from bench.procs import (
     service_env,
     wait_for_port,
 )
-from bench.sched import cpu_s
-from hookrelay.outbox import ids
-from hookrelay.outbox.keys.at_rest import SecretBox
-from hookrelay.outbox.store import changes
-from hookrelay.outbox.tenants import create_tenant
 
 WARM = 50  # completions first, unmeasured: connections open, caches warm
 

@@ -40,9 +40,9 @@ from bench.backlog import fill
 from bench.common import ReceiverProcess, fresh_database, outbox_empty, record, server_dsn
 from bench.e2e import bare_client_limit
 from bench.pgq import pgq_rate
-from bench.procs import ROOT, hookrelay, master_key, service_env
 from hookrelay.outbox.dispatch.dispatcher import DispatcherConfig
 from hookrelay.outbox.keys.at_rest import SecretBox
+from tests.harness.procs import ROOT, hookrelay, master_key, service_env
 
 PER_HOST = DispatcherConfig.per_host_concurrency
 

@@ -30,7 +30,12 @@ import asyncpg
 
 from bench.api import load
 from bench.common import fresh_database, record, server_dsn
-from bench.procs import (
+from bench.sched import cpu_s
+from hookrelay.outbox import ids
+from hookrelay.outbox.keys.at_rest import SecretBox
+from hookrelay.outbox.store import changes
+from hookrelay.outbox.tenants import create_tenant
+from tests.harness.procs import (
     ROOT,
     WORKERS_UP_S,
     free_port,
@@ -39,11 +44,6 @@ from bench.procs import (
     service_env,
     wait_for_port,
 )
-from bench.sched import cpu_s
-from hookrelay.outbox import ids
-from hookrelay.outbox.keys.at_rest import SecretBox
-from hookrelay.outbox.store import changes
-from hookrelay.outbox.tenants import create_tenant
 
 HOOK = "http://127.0.0.1:9/hook"
 SUBMIT = {"type": "bench", "callbackUrl": HOOK, "input": {"n": 1}}

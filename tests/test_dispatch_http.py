@@ -82,6 +82,8 @@ async def test_dispatch_serves_its_metrics_health_and_readiness(pool, runtime, d
             assert "# TYPE hookrelay_local_faults_total counter" in r.text
             assert sample(r.text, "hookrelay_outbox_depth") == 0
             assert sample(r.text, DELIVERED) is None  # nothing delivered yet
+            release = version("hookrelay-server")
+            assert sample(r.text, f'hookrelay_build_info{{version="{release}"}}') == 1
 
             await backlog(pool, runtime, rx.url, 3)
             await rx.wait_for(3, timeout=30)

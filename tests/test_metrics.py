@@ -65,3 +65,10 @@ async def test_oldest_transaction_gauge_sees_an_idle_transaction(client, dsn) ->
     finally:
         await idle.close()
     assert value((await client.get("/metrics", headers=ADMIN)).text, series) < 1.0
+
+
+async def test_build_info_names_the_release(client) -> None:
+    from importlib.metadata import version
+
+    text = (await client.get("/metrics", headers=ADMIN)).text
+    assert value(text, f'hookrelay_build_info{{version="{version("hookrelay-server")}"}}') == 1

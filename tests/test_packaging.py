@@ -45,10 +45,13 @@ def test_every_package_folder_is_listed_under_its_installed_name() -> None:
     }
 
 
+VERSION = (ROOT / "client" / "VERSION").read_text().strip()
+
+
 def test_the_server_depends_on_the_client_of_its_own_release() -> None:
-    version = CLIENT["project"]["version"]
-    assert SERVER["project"]["version"] == version
-    assert f"hookrelay-client=={version}" in SERVER["project"]["dependencies"]
+    assert CLIENT["tool"]["setuptools"]["dynamic"]["version"] == {"file": "VERSION"}
+    assert SERVER["tool"]["setuptools"]["dynamic"]["version"] == {"file": "client/VERSION"}
+    assert f"hookrelay-client=={VERSION}" in SERVER["project"]["dependencies"]
     client_deps = " ".join(CLIENT["project"]["dependencies"])
     assert not any(name.replace("_", "-") in client_deps for name in SERVER_ONLY)
 
@@ -178,4 +181,4 @@ def test_the_server_installs_beside_its_client_under_one_name(
         text=True,
         timeout=60,
     )
-    assert version.stdout.strip() == f"hookrelay {SERVER['project']['version']}"
+    assert version.stdout.strip() == f"hookrelay {VERSION}"

@@ -22,15 +22,7 @@ import pytest
 from hookrelay.service.server import supervisor
 from hookrelay.service.server.settings import Settings
 from tests.receiver import Receiver
-from tests.support import (
-    ADMIN,
-    bearer,
-    dispatcher_env,
-    eventually,
-    free_port,
-    start,
-    wait_for_port,
-)
+from tests.support import ADMIN, ROOT, bearer, dispatcher_env, eventually, free_port, hookrelay
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 HOOK = "http://127.0.0.1:9/hook"
@@ -68,14 +60,28 @@ class Server:
 
 
 async def run(command: str, runtime, dsn: str, workers: int, **env: str) -> Server:
+    """``hookrelay COMMAND --workers N``, once its banner says every worker is up."""
     port = free_port()
-    proc = await start(
-        command,
-        dispatcher_env(runtime, dsn, port=str(port), host="127.0.0.1", workers=str(workers), **env),
+    proc = await asyncio.create_subprocess_exec(
+        *hookrelay(command),
+        env=dispatcher_env(
+            runtime, dsn, port=str(port), host="127.0.0.1", workers=str(workers), **env
+        ),
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
-    await wait_for_port(port, proc)
+    assert proc.stdout is not None
+    banner = b""
+    while b"admin token:" not in banner:
+        line = await asyncio.wait_for(proc.stdout.readline(), 60)
+        if not line:
+            _, err = await proc.communicate()
+            raise AssertionError(f"{command} exited {proc.returncode}: {err.decode()[-2000:]}")
+        banner += line
+    assert f"processes:       {workers} API workers".encode() in banner, banner
     server = Server(proc, port)
-    await eventually(lambda: len(server.children()) == workers + (command == "serve"))
+    assert len(server.children()) == workers + (command == "serve")
     return server
 
 

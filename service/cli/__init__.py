@@ -1,4 +1,12 @@
-"""hookrelay: webhook delivery with a transactional outbox, signed callbacks and dead letters."""
+"""The ``hookrelay`` command: one parser for every subcommand, and the failure of any of
+them as an exit status and one line (:mod:`.failures`).
+
+The subcommands' own modules: :mod:`.database` (``migrate``, ``master-key``),
+:mod:`.dead_letters`, :mod:`.tenants`, :mod:`.listen` (a local receiver). ``serve``,
+``api`` and ``dispatch`` run :mod:`hookrelay.service.server.processes`.
+
+The top layer of the service: it may import every other package of it and the outbox.
+"""
 
 from __future__ import annotations
 
@@ -11,22 +19,25 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import replace
 from typing import Any, NoReturn
 
-from hookrelay.outbox.store.pool import create_pool
+from hookrelay.outbox.store import create_pool
+from hookrelay.service.api.release import release
 from hookrelay.service.cli import database as database_cli
 from hookrelay.service.cli import dead_letters as deadletters_cli
 from hookrelay.service.cli import failures, listen
 from hookrelay.service.cli import tenants as tenants_cli
-from hookrelay.service.cli.tty_text import fail, one_line
 from hookrelay.service.server import event_loop as serving
 from hookrelay.service.server import logs
 from hookrelay.service.server import processes as commands
 from hookrelay.service.server.open_database import open_database
 from hookrelay.service.server.prerequisites import Runtime, absolute, open_dsn, prepare
-from hookrelay.service.server.release import release
 from hookrelay.service.server.settings import Settings
 from hookrelay.service.server.supervisor import MAX_DEFAULT_WORKERS
+from hookrelay.service.server.tty_text import fail, one_line
 
 log = logging.getLogger("hookrelay")
+DESCRIPTION = (
+    "hookrelay: webhook delivery with a transactional outbox, signed callbacks and dead letters."
+)
 SERVICES = frozenset({"serve", "api", "dispatch"})
 EPILOG = """\
 Settings come from the environment, not from flags or files: DATABASE_URL (unset: an
@@ -106,7 +117,7 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="hookrelay",
-        description=__doc__,
+        description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -4,7 +4,7 @@
 credentials, a busy port, a missing data directory); 1 is anything else (the
 database unreachable, a dead letter not found). No traceback reaches the
 terminal unless ``-v`` asked for it, and no secret does: DSN passwords and the
-configured token and key are masked by :func:`hookrelay.service.cli.tty_text.one_line`.
+configured token and key are masked by :func:`hookrelay.service.server.tty_text.one_line`.
 """
 
 from __future__ import annotations

@@ -9,16 +9,16 @@ from __future__ import annotations
 import logging
 import socket
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 
-from hookrelay.outbox.store.pool import create_pool
-from hookrelay.outbox.tasks.timeouts import sweeping
-from hookrelay.service.api.app import create_app
+from hookrelay.outbox.store import create_pool
+from hookrelay.outbox.tasks import sweeping
 from hookrelay.service.api.routes.metrics import ResponseCounter
-from hookrelay.service.cli.tty_text import printable
 from hookrelay.service.server import dispatch_http, lifecycle, supervisor
 from hookrelay.service.server import event_loop as serving
+from hookrelay.service.server.app import create_app
 from hookrelay.service.server.background import (
     dispatcher_background,
     make_dispatcher,
@@ -28,15 +28,33 @@ from hookrelay.service.server.lifecycle import Stopped, Stopping
 from hookrelay.service.server.open_database import open_database
 from hookrelay.service.server.prerequisites import Runtime, existing_admin_token, prepare
 from hookrelay.service.server.settings import Settings
+from hookrelay.service.server.tty_text import printable
 
 log = logging.getLogger("hookrelay")
+
+
+def without_password(dsn: str) -> str:
+    """``dsn`` with no password in it (in its user part or its query), to be printed."""
+    parts = urlsplit(dsn)
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    netloc = f"{userinfo.partition(':')[0]}{at}{hosts}"
+    query = "&".join(
+        p for p in parts.query.split("&") if p and not p.lower().startswith("password=")
+    )
+    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
 
 
 def _where(runtime: Runtime) -> list[str]:
     s = runtime.settings
     database = f"embedded PostgreSQL in {s.data_dir / 'pg'}" if runtime.embedded else "DATABASE_URL"
     unused = "" if s.data_dir.is_dir() else " (not created: nothing is kept there)"
-    return [f"database:        {database}", f"data directory:  {s.data_dir}{unused}"]
+    lines = [f"database:        {database}"]
+    if runtime.embedded:
+        # For executors' own connections (hookrelay.outbox.complete_task). The embedded
+        # server takes local connections only (a Unix socket, trust auth): it has no
+        # password to show, and any that a DSN carried would not be printed.
+        lines.append(f"database url:    {without_password(runtime.dsn)}")
+    return [*lines, f"data directory:  {s.data_dir}{unused}"]
 
 
 def _banner(runtime: Runtime, url: str, processes: str) -> None:

@@ -10,15 +10,11 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
-from hookrelay.outbox.dispatch.attempt import AttemptLimits
-from hookrelay.outbox.dispatch.circuit import BreakerPolicy
-from hookrelay.outbox.dispatch.dispatcher import DispatcherConfig
-from hookrelay.outbox.dispatch.retry import RetryPolicy
-from hookrelay.outbox.egress import dns
-from hookrelay.outbox.egress.ssrf import AddressPolicy
+from hookrelay.outbox.dispatch import AttemptLimits, BreakerPolicy, DispatcherConfig, RetryPolicy
+from hookrelay.outbox.egress import DNS_SUBMIT_TIMEOUT_S, DNS_TIMEOUT_S, AddressPolicy
 from hookrelay.outbox.errors import ConfigurationError
-from hookrelay.outbox.keys.at_rest import parse_master_key
-from hookrelay.outbox.tasks.timeouts import Retention
+from hookrelay.outbox.keys import parse_master_key
+from hookrelay.outbox.tasks import Retention
 
 # The numeric settings: int or float, and comparable with 0.
 N = TypeVar("N", int, float)
@@ -117,8 +113,8 @@ class Settings:
     lease_s: float = DispatcherConfig.lease_s
     http_timeout_s: float = AttemptLimits.total_timeout_s
     connect_timeout_s: float = 5.0
-    dns_submit_timeout_s: float = dns.SUBMIT_TIMEOUT_S
-    dns_timeout_s: float = dns.DELIVERY_TIMEOUT_S
+    dns_submit_timeout_s: float = DNS_SUBMIT_TIMEOUT_S
+    dns_timeout_s: float = DNS_TIMEOUT_S
     dns_servers: str = ""
     concurrency: int = DispatcherConfig.concurrency
     per_host_concurrency: int = DispatcherConfig.per_host_concurrency

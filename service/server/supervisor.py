@@ -68,7 +68,7 @@ from typing import Any
 import psutil
 
 from hookrelay.outbox.errors import OutboxError
-from hookrelay.outbox.keys.at_rest import SecretBox, load_or_create_master_key
+from hookrelay.outbox.keys import SecretBox, load_or_create_master_key
 from hookrelay.service.server.lifecycle import Stopping
 from hookrelay.service.server.prerequisites import Runtime
 from hookrelay.service.server.settings import Settings

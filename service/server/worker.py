@@ -21,17 +21,17 @@ import signal
 import socket
 import sys
 
-from hookrelay.outbox.store.pool import create_pool
-from hookrelay.outbox.tasks.timeouts import sweeping
-from hookrelay.service.api.app import create_app
-from hookrelay.service.cli import failures
-from hookrelay.service.cli.tty_text import fail
+from hookrelay.outbox.errors import OutboxError
+from hookrelay.outbox.store import create_pool
+from hookrelay.outbox.tasks import sweeping
 from hookrelay.service.server import event_loop as serving
 from hookrelay.service.server import logs
+from hookrelay.service.server.app import create_app
 from hookrelay.service.server.background import make_dispatcher
 from hookrelay.service.server.lifecycle import Stopping
 from hookrelay.service.server.processes import run_api
 from hookrelay.service.server.supervisor import API, DISPATCHER, WorkerSpec
+from hookrelay.service.server.tty_text import fail
 
 log = logging.getLogger("hookrelay")
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -126,10 +126,16 @@ def main(argv: list[str]) -> int:
     try:
         return serving.run(_main(spec, watch=not armed))
     except Exception as exc:
-        code, message = failures.explain(exc)
+        # The supervisor checked the settings, the database and the key before starting
+        # this: what fails here fails at run time. One line, as the CLI says it (the
+        # traceback in the log at DEBUG); the supervisor then says which worker it was.
         log.debug("the %s worker failed", spec.role, exc_info=True)
-        fail(message, secrets=(spec.settings.admin_token, spec.settings.master_key))
-        return code
+        what = str(exc) if isinstance(exc, OutboxError) else f"{type(exc).__name__}: {exc}"
+        fail(
+            f"{spec.role} worker: {what}",
+            secrets=(spec.settings.admin_token, spec.settings.master_key),
+        )
+        return 1
 
 
 if __name__ == "__main__":
