@@ -19,6 +19,7 @@ import httpx
 import psutil
 import pytest
 
+from hookrelay.service.api.release import release
 from hookrelay.service.server import supervisor
 from hookrelay.service.server.settings import Settings
 from tests.receiver import Receiver
@@ -252,6 +253,9 @@ async def test_serve_runs_one_dispatcher_and_metrics_are_the_sums(runtime, dsn, 
                 assert value(text, 'hookrelay_deliveries_total{outcome="delivered"}') == 10
                 assert value(text, "hookrelay_attempt_duration_seconds_count") == 10
                 assert value(text, "hookrelay_processes") == 4
+                # A gauge every process sets: one series, not one per worker.
+                build = f'hookrelay_build_info{{version="{release()}"}}'
+                assert value(text, build) == 1 and text.count("hookrelay_build_info{") == 1
                 assert value(text, "hookrelay_outbox_depth") == 0
         finally:
             for c in clients.values():
