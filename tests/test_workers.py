@@ -276,6 +276,20 @@ def test_the_default_number_of_workers(monkeypatch) -> None:
     assert Settings.from_env({"HOOKRELAY_WORKERS": "5"}).workers == 5
 
 
+def test_usable_cpus_heed_a_containers_quota(tmp_path) -> None:
+    everything = len(os.sched_getaffinity(0))
+    assert supervisor.usable_cpus(tmp_path) == everything  # no cgroup files: the affinity
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert supervisor.usable_cpus(tmp_path) == everything
+    (tmp_path / "cpu.max").write_text("50000 100000\n")  # docker --cpus=0.5
+    assert supervisor.usable_cpus(tmp_path) == 1
+    (tmp_path / "cpu.max").unlink()
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("100000\n")  # cgroup v1, 1 CPU
+    (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert supervisor.usable_cpus(tmp_path) == 1
+
+
 def test_metrics_directories_of_dead_supervisors_are_removed(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     dead = psutil.Process().pid + 10_000_000  # no such pid

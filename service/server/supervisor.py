@@ -97,30 +97,29 @@ class WorkerFailed(OutboxError):
 # -- how many ----------------------------------------------------------------------------
 
 
-def usable_cpus() -> int:
+def usable_cpus(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
     """The CPUs this process may run on: its affinity, lowered to a cgroup's CPU quota
     (a container's ``--cpus``), which the affinity does not show."""
     try:
         count = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         count = os.cpu_count() or 1
-    quota = _cgroup_cpu_quota()
+    quota = _cgroup_cpu_quota(cgroup)
     if quota is not None:
         count = min(count, math.ceil(quota))
     return max(1, count)
 
 
-def _cgroup_cpu_quota() -> float | None:
+def _cgroup_cpu_quota(root: Path) -> float | None:
     """CPUs' worth of time a cgroup allows (v2 ``cpu.max``, else v1), or None."""
     try:
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        quota, period = (root / "cpu.max").read_text().split()[:2]
         return None if quota == "max" else int(quota) / int(period)
     except (OSError, ValueError):
         pass
     try:
-        v1 = Path("/sys/fs/cgroup/cpu")
-        quota_us = int((v1 / "cpu.cfs_quota_us").read_text())
-        period_us = int((v1 / "cpu.cfs_period_us").read_text())
+        quota_us = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
+        period_us = int((root / "cpu" / "cpu.cfs_period_us").read_text())
     except (OSError, ValueError):
         return None
     return None if quota_us <= 0 or period_us <= 0 else quota_us / period_us
@@ -131,8 +130,9 @@ def default_workers(*, with_dispatcher: bool) -> int:
 
     ``api``: one per usable CPU, up to :data:`MAX_DEFAULT_WORKERS`. ``serve``: one.
     ``serve`` is the one-machine command, where the embedded PostgreSQL, the
-    dispatcher and the API share the cores: at the rates one machine sees, a second
-    worker costs more CPU per task than it saves (BENCHMARKS.md, "Workers").
+    dispatcher and the API share the cores, and every process hears every change
+    notification: a second worker costs more CPU per task than one process
+    (docs/operations/benchmarks.md, "Workers").
     """
     if with_dispatcher:
         return 1
