@@ -34,9 +34,22 @@ async def _submit(client, key: str, n: int) -> list[str]:
     return ids
 
 
+async def _all_listed(client, key: str, n: int) -> None:
+    """Until the listing holds all ``n`` tasks: a page stops at the oldest transaction still
+    open (list_tasks' horizon), which the app's own background writes may briefly hold."""
+
+    async def listed() -> bool:
+        params = {"fields": "id", "limit": "1000"}
+        r = await client.get("/v1/tasks", params=params, headers=bearer(key))
+        return len(r.json()["data"]) == n
+
+    await eventually(listed, what=f"{n} tasks listed")
+
+
 async def test_page_stops_at_the_byte_bound_and_resumes(client, tenant) -> None:
     key = tenant["apiKey"]
     ids = await _submit(client, key, 10)
+    await _all_listed(client, key, len(ids))
     seen: list[str] = []
     cursor = None
     for _ in range(20):

@@ -232,7 +232,9 @@ class Settings:
     max_response_bytes: Annotated[int, doc("how much of a receiver's answer is read", gt=0)] = (
         AttemptLimits.max_response_bytes
     )
-    db_pool_size: Annotated[int, doc("database connections per process", gt=0)] = 10
+    db_pool_size: Annotated[
+        int, doc("database connections per process (each worker is one)", gt=0)
+    ] = 10
     db_wait_s: Annotated[
         Seconds, doc("how long start-up waits for the database before giving up", gt=0)
     ] = 30.0
@@ -266,6 +268,18 @@ class Settings:
             off=METRICS_OFF,
         ),
     ] = METRICS_PORT
+    # None: the command's default, `api` one per usable CPU (at most 4) and `serve` 1
+    # (service/server/supervisor.py, default_workers, says why).
+    workers: Annotated[
+        Annotated[int, Meta(gt=0)] | None,
+        doc(
+            "API worker processes of `serve` and `api`, sharing the port (also `--workers N`); "
+            "`serve` adds one process for the dispatcher and sweeper. Usable CPUs: the "
+            "process's affinity, lowered to a container's CPU quota "
+            "([Every core](../operations/deploy.md#every-core))",
+            shown="`api`: one per usable CPU, at most 4; `serve`: 1",
+        ),
+    ] = None
     header_timeout_s: Annotated[
         Seconds,
         doc(
@@ -281,7 +295,8 @@ class Settings:
     max_connections: Annotated[
         int,
         doc(
-            "open API connections; past it a new one gets 503 and is closed at once; lowered "
+            "open API connections per process (each worker); past it a new one gets 503 and is "
+            "closed at once; lowered "
             "at start to fit the open-file limit "
             "([open files](../operations/deploy.md#open-files))",
             gt=0,
