@@ -101,6 +101,8 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
     created_at    timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (tenant_id, key)
 );
+-- A purged task's key goes with it (ON DELETE CASCADE): found by task (0015).
+CREATE INDEX IF NOT EXISTS idempotency_keys_task ON idempotency_keys (task_id);
 
 -- Every event, written once when it is committed and never changed (0010).
 -- body is the exact bytes that are signed and sent, fixed at commit so every

@@ -754,26 +754,41 @@ SELECT clock_timestamp();
 -- Small batches ($2 rows) so no delete holds locks or bloats WAL for long.
 -- Only the log of events that are finished: nothing still in the outbox, and
 -- nothing an operator may still want to replay.
-DELETE FROM delivery_attempts
- WHERE id IN (
+-- FOR UPDATE SKIP LOCKED: every dispatcher runs a sweeper and every sweeper
+-- purges, so purges overlap; each batch takes rows no other purge holds rather
+-- than queueing on its row locks (only to find them gone when it commits).
+WITH doomed AS (
     SELECT a.id FROM delivery_attempts a
      WHERE a.attempted_at < $1
        AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = a.event_id)
        AND NOT EXISTS (SELECT 1 FROM dead_letters d
                         WHERE d.event_id = a.event_id AND d.replayed_at IS NULL)
-     LIMIT $2);
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+)
+DELETE FROM delivery_attempts a USING doomed d WHERE a.id = d.id;
 
 -- name: purge_tasks
 -- Finished tasks ($3: the terminal statuses) whose event is no longer waiting; idempotency keys go with
--- them (ON DELETE CASCADE), and so does their stored event (a task has one).
-WITH gone AS (
-    DELETE FROM tasks
-     WHERE id IN (
-        SELECT id FROM tasks
-         WHERE status = ANY($3::text[])
-           AND completed_at < $1 AND delivery_status <> 'pending'
-         LIMIT $2)
-    RETURNING event_id
+-- them (ON DELETE CASCADE, found by idempotency_keys_task), and so does their stored
+-- event (a task has one). $2 at a time.
+-- FOR UPDATE SKIP LOCKED: concurrent purges take disjoint batches (as in
+-- purge_attempts), and a task a redelivery or replay holds is left to it. The
+-- lock also re-reads a row that changed since this statement's snapshot and
+-- checks it again: a task whose event was just put back (pending) is not
+-- taken, so no outbox row is left pointing at a purged task. The outbox is
+-- checked too, for an event queued by anything that left the summary alone.
+WITH doomed AS (
+    SELECT t.id FROM tasks t
+     WHERE t.status = ANY($3::text[])
+       AND t.completed_at < $1 AND t.delivery_status <> 'pending'
+       AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = t.event_id)
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+),
+gone AS (
+    DELETE FROM tasks t USING doomed d WHERE t.id = d.id
+    RETURNING t.event_id
 ),
 events_gone AS (
     DELETE FROM events e USING gone g WHERE e.event_id = g.event_id
@@ -784,14 +799,18 @@ SELECT count(*) FROM gone;
 -- Test events (no task) older than $1 that are finished: neither waiting in
 -- the outbox nor an unreplayed dead letter. Their attempt log goes by
 -- purge_attempts. Batches of $2.
-DELETE FROM events
- WHERE event_id IN (
+-- FOR UPDATE SKIP LOCKED: concurrent purges take disjoint batches (as in
+-- purge_attempts).
+WITH doomed AS (
     SELECT e.event_id FROM events e
      WHERE e.task_id IS NULL AND e.created_at < $1
        AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = e.event_id)
        AND NOT EXISTS (SELECT 1 FROM dead_letters d
                         WHERE d.event_id = e.event_id AND d.replayed_at IS NULL)
-     LIMIT $2);
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+)
+DELETE FROM events e USING doomed d WHERE e.event_id = d.event_id;
 
 -- name: destination_urls
 -- Migration host_keys: every (callback URL, stored host key) pair still in use,
@@ -972,6 +991,10 @@ SELECT c.seq, COALESCE(c.changed_at, t.updated_at) AS changed_at, t.*
 
 -- name: purge_changes
 -- Changes older than the stream retention, $2 at a time (task_changes_at).
-DELETE FROM task_changes
- WHERE (tenant_id, seq) IN (
-    SELECT tenant_id, seq FROM task_changes WHERE changed_at < $1 LIMIT $2);
+-- FOR UPDATE SKIP LOCKED: concurrent purges take disjoint batches (as in
+-- purge_attempts).
+WITH doomed AS (
+    SELECT tenant_id, seq FROM task_changes WHERE changed_at < $1 LIMIT $2
+       FOR UPDATE SKIP LOCKED
+)
+DELETE FROM task_changes c USING doomed d WHERE c.tenant_id = d.tenant_id AND c.seq = d.seq;
