@@ -141,7 +141,11 @@ CREATE TABLE IF NOT EXISTS outbox (
     lease_token      uuid,
     lease_owner      text,
     last_error       text,
-    last_status_code integer
+    last_status_code integer,
+    -- Leases in a row that ran out with no outcome written (0016): a claim taking
+    -- over a row still under a token adds one, a recorded outcome resets it; at the
+    -- dispatcher's limit the event is dead-lettered rather than sent again.
+    lost_leases      integer NOT NULL DEFAULT 0
 );
 -- A row is due when its schedule has come and any lease on it has run out.
 -- Lanes (0006): a lane is one tenant's events to one host. This index keeps

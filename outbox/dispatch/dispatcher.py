@@ -54,6 +54,13 @@ log = logging.getLogger("hookrelay.dispatcher")
 # Why an event whose tenant's signing secret does not decrypt is dead-lettered:
 # unsigned it cannot be sent, and retrying cannot repair the stored secret.
 UNDECRYPTABLE = "cannot decrypt signing secret (wrong master key or corrupted data)"
+# Why an event is dead-lettered when its leases kept running out with nothing
+# written: sent again, it would go round at every lease expiry for ever, unspent.
+LOST_LEASES = (
+    "outcome could not be recorded: {n} leases in a row ran out with no outcome written "
+    "(a dispatcher crashed, the write failed, or the attempt failed with an error of "
+    "ours); dead-lettered rather than sent again"
+)
 # After a failed claim: short, since the database usually comes back in moments
 # and a long poll interval must not become the outage's recovery time.
 CLAIM_RETRY_S = 0.5
@@ -82,6 +89,12 @@ class DispatcherConfig:
     # open circuit lets one probe through.
     breaker_threshold: int = BreakerPolicy.threshold
     breaker_probe_s: float = BreakerPolicy.probe_s
+    # Leases of one event that may run out in a row with no outcome written (its
+    # dispatcher crashed, or could not write the outcome) before the event is
+    # dead-lettered instead of sent again (outbox.lost_leases). A killed dispatcher
+    # costs the rows it held one each; an outcome that can never be stored costs
+    # every lease, and would otherwise be re-sent for ever with no attempt spent.
+    max_lost_leases: int = 5
     owner: str = field(default_factory=ids.lease_owner)
 
     @property
@@ -282,6 +295,8 @@ class Dispatcher:
             probes = len(rows)
             rows += claimed
             full = sum(grants.values()) >= self.config.batch_size
+            if any(e.lost_leases >= self.config.max_lost_leases for e in rows):
+                probes, rows = await self._abandon(conn, rows, probes)
             if not rows:
                 return full
             tenants: dict[str, int] = {e.tenant_id: e.secret_version for e in rows}
@@ -329,6 +344,34 @@ class Dispatcher:
             await self._release(held)
             return False  # held rows wait a poll interval, not claimed again at once
         return full
+
+    async def _abandon(
+        self, conn: asyncpg.Connection, rows: list[ClaimedEvent], probes: int
+    ) -> tuple[int, list[ClaimedEvent]]:
+        """Dead-letter, unsent, the rows whose leases kept running out with no outcome
+        written; (probes, rows) left to send."""
+        limit = self.config.max_lost_leases
+        lost = [e for e in rows if e.lost_leases >= limit]
+        try:
+            done = await delivery.abandon_leases(
+                conn,
+                rows=[(e.id, LOST_LEASES.format(n=e.lost_leases)) for e in lost],
+                token=lost[0].token,
+            )
+        except Exception:
+            # Not sent either way: their leases run out and the next claim tries again.
+            log.exception("could not dead-letter %d events whose leases ran out", len(lost))
+            done = set()
+        for e in lost:
+            if e.id in done:
+                log.error(
+                    "event dead-lettered after %d leases ran out in a row with no outcome written",
+                    e.lost_leases,
+                    extra={"event_id": e.event_id, "task_id": e.task_id},
+                )
+        self.counters["abandoned"] += len(done)
+        kept = [e for e in rows[:probes] if e.lost_leases < limit]
+        return len(kept), kept + [e for e in rows[probes:] if e.lost_leases < limit]
 
     async def _release(self, events: list[ClaimedEvent]) -> None:
         if not events:
@@ -418,7 +461,12 @@ class Dispatcher:
         try:
             async with self.pool.acquire() as conn:
                 await delivery.defer_leases(
-                    conn, ids=[event.id], token=event.token, delay_s=DEFER_S
+                    conn,
+                    ids=[event.id],
+                    token=event.token,
+                    delay_s=DEFER_S,
+                    # A bug may fail this event's attempt every time: counted, bounded.
+                    counted=fault.kind == "bug",
                 )
         except Exception as exc:  # the lease runs out by itself
             log.warning("could not give back event %s: %s", event.event_id, exc)

@@ -331,10 +331,13 @@ due AS (
          LIMIT w.n
            FOR UPDATE SKIP LOCKED) r
 )
+-- A row still under a token was never given back: its lease ran out with no
+-- outcome written (a crash, or a write that failed), counted in lost_leases.
 UPDATE outbox o
    SET leased_until = now() + make_interval(secs => $4),
        lease_token = $6,
-       lease_owner = $5
+       lease_owner = $5,
+       lost_leases = o.lost_leases + (o.lease_token IS NOT NULL)::int
  WHERE o.id = ANY (ARRAY(SELECT id FROM due))
 RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url, o.host,
           -- The body is joined from events: the outbox row stays lean.
@@ -343,7 +346,8 @@ RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url
           o.attempts,
           o.budget_used,
           -- Read with the claim: a rotation committed before it is seen here.
-          (SELECT t.secret_version FROM tenants t WHERE t.id = o.tenant_id);
+          (SELECT t.secret_version FROM tenants t WHERE t.id = o.tenant_id),
+          o.lost_leases;
 
 -- name: claim_probe
 -- The single row a granted probe sends to host $1 (take_probes made its circuit
@@ -361,7 +365,9 @@ WITH probe AS (
 UPDATE outbox o
    SET leased_until = now() + make_interval(secs => $2),
        lease_token = $4,
-       lease_owner = $3
+       lease_owner = $3,
+       -- As in claim_lanes: a lease that ran out with no outcome written.
+       lost_leases = o.lost_leases + (o.lease_token IS NOT NULL)::int
   FROM probe
  WHERE o.id = probe.id
 RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url, o.host,
@@ -370,7 +376,8 @@ RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url
           o.attempts,
           o.budget_used,
           -- Read with the claim: a rotation committed before it is seen here.
-          (SELECT t.secret_version FROM tenants t WHERE t.id = o.tenant_id);
+          (SELECT t.secret_version FROM tenants t WHERE t.id = o.tenant_id),
+          o.lost_leases;
 
 -- name: hold_lanes
 -- Take the due rows of hosts $1 out of the claims' way while their circuit is
@@ -448,7 +455,8 @@ retried AS (
            budget_used = o.budget_used + 1,
            next_attempt_at = i.next_at,
            leased_until = NULL, lease_token = NULL, lease_owner = NULL,
-           last_error = i.error, last_status_code = i.status_code
+           last_error = i.error, last_status_code = i.status_code,
+           lost_leases = 0
       FROM input i
      WHERE o.id = i.id AND o.lease_token = i.token AND i.outcome = 'retry'
     RETURNING o.id, o.event_id, o.task_id, o.tenant_id, o.host, o.attempts AS number
@@ -929,9 +937,46 @@ SELECT id, at, actor, action, count, filter::text, reason
 -- A local fault (our resolver, file descriptors, HTTP pool): rows go back with
 -- their attempt budget unspent, due again in $3 s so that a fault that
 -- persists does not turn into a claim-fail-release loop. Fenced on the token.
+-- $4: the fault was a bug of ours in this event's attempt, counted like a lost
+-- lease (lost_leases), since it may well fail the same way every time.
 UPDATE outbox
-   SET leased_until = now() + make_interval(secs => $3), lease_token = NULL, lease_owner = NULL
+   SET leased_until = now() + make_interval(secs => $3), lease_token = NULL, lease_owner = NULL,
+       lost_leases = lost_leases + $4::int
  WHERE id = ANY($1::bigint[]) AND lease_token = $2;
+
+-- name: abandon_leases
+-- Rows $1 (under token $2) whose leases ran out too many times in a row with no
+-- outcome written (lost_leases): dead-lettered with the reasons $3, one per row,
+-- instead of being sent again. No attempt is logged (none was made now, and
+-- writing the log may be what keeps failing); the task's summary says dead, why.
+WITH input AS (
+    SELECT * FROM unnest($1::bigint[], $3::text[]) AS i(id, error)
+),
+dead AS (
+    DELETE FROM outbox o USING input i
+     WHERE o.id = i.id AND o.lease_token = $2
+    RETURNING o.*, i.error
+),
+buried AS (
+    INSERT INTO dead_letters AS d (event_id, tenant_id, task_id, event_type, callback_url, host,
+                                   body, created_at, attempts, last_error, last_status_code)
+    SELECT x.event_id, x.tenant_id, x.task_id, x.event_type, x.callback_url, x.host, e.body,
+           x.created_at, x.attempts, x.error, x.last_status_code
+      FROM dead x JOIN events e ON e.event_id = x.event_id
+    ON CONFLICT (event_id) DO UPDATE
+       SET failed_at = now(), attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error,
+           last_status_code = EXCLUDED.last_status_code, callback_url = EXCLUDED.callback_url,
+           host = EXCLUDED.host,
+           replayed_at = NULL, replayed_by = NULL
+),
+summary AS (
+    UPDATE tasks t
+       SET delivery_status = 'dead', last_error = x.error, next_attempt_at = NULL,
+           updated_at = now()
+      FROM dead x
+     WHERE t.id = x.task_id AND t.event_id = x.event_id
+)
+SELECT id FROM dead;
 
 -- name: _change_rows
 -- A logged change rendered as the task was at that version: what a change can

@@ -19,6 +19,7 @@ _CLAIM_PROBE = sql("claim_probe")
 _HOLD_LANES = sql("hold_lanes")
 _RELEASE_LEASES = sql("release_leases")
 _DEFER_LEASES = sql("defer_leases")
+_ABANDON_LEASES = sql("abandon_leases")
 _RECORD_OUTCOMES = sql("record_outcomes")
 
 
@@ -39,6 +40,9 @@ class ClaimedEvent:
     # The tenant's signing-key version as of the claim (tenants.secret_version).
     secret_version: int
     token: UUID
+    # Leases of this row that ran out in a row with no outcome written, this
+    # claim's predecessor included (outbox.lost_leases).
+    lost_leases: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +64,9 @@ async def due_lanes(conn: asyncpg.Connection, *, upto: int) -> list[DueLane]:
 def _events(rows: Sequence[asyncpg.Record], token: UUID) -> list[ClaimedEvent]:
     # The hot path: one construction per row, positional in RETURNING's order.
     return [
-        ClaimedEvent(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], token)
+        ClaimedEvent(
+            r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], token, r[11]
+        )
         for r in rows
     ]
 
@@ -104,11 +110,28 @@ async def release_leases(conn: asyncpg.Connection, *, ids: Sequence[int], token:
 
 
 async def defer_leases(
-    conn: asyncpg.Connection, *, ids: Sequence[int], token: UUID, delay_s: float
+    conn: asyncpg.Connection,
+    *,
+    ids: Sequence[int],
+    token: UUID,
+    delay_s: float,
+    counted: bool = False,
 ) -> None:
     """Give rows back unspent, due again in ``delay_s``; rows no longer under ``token``
-    are left alone."""
-    await conn.execute(_DEFER_LEASES, ids, token, delay_s)
+    are left alone. ``counted``: the attempt failed with a bug of ours, which counts
+    towards the row's lost leases."""
+    await conn.execute(_DEFER_LEASES, ids, token, delay_s, counted)
+
+
+async def abandon_leases(
+    conn: asyncpg.Connection, *, rows: Sequence[tuple[int, str]], token: UUID
+) -> set[int]:
+    """Dead-letter rows ``(id, why)`` held under ``token`` without an attempt; the ids
+    that were still under it."""
+    if not rows:
+        return set()
+    ids, errors = zip(*rows, strict=True)
+    return {r[0] for r in await conn.fetch(_ABANDON_LEASES, list(ids), token, list(errors))}
 
 
 class OutcomeRow(NamedTuple):
