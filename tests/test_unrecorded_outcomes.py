@@ -134,7 +134,7 @@ async def test_an_outcome_that_can_never_be_written_is_dead_lettered_not_sent_fo
     )
     assert task["delivery_status"] == "dead" and task["next_attempt_at"] is None
     assert task["last_error"] == letter["last_error"]
-    assert "dead-lettered after 2 leases" in caplog.text
+    assert "event dead-lettered: outcome could not be recorded: 2 leases" in caplog.text
     # A replay starts afresh: once the fault is gone, the event goes out again.
     await pool.execute("DELETE FROM fault_events")
     rx = await Receiver().start()

@@ -61,6 +61,10 @@ LOST_LEASES = (
     "(a dispatcher crashed, the write failed, or the attempt failed with an error of "
     "ours); dead-lettered rather than sent again"
 )
+# Why an event is dropped whose stored body is gone: there is nothing to send.
+# Only a database where an older release purged a task under its redelivery
+# holds such a row; it used to fail its attempt every second for ever.
+NO_BODY = "its stored event is gone (purged while it waited); nothing to send"
 # After a failed claim: short, since the database usually comes back in moments
 # and a long poll interval must not become the outage's recovery time.
 CLAIM_RETRY_S = 0.5
@@ -295,7 +299,7 @@ class Dispatcher:
             probes = len(rows)
             rows += claimed
             full = sum(grants.values()) >= self.config.batch_size
-            if any(e.lost_leases >= self.config.max_lost_leases for e in rows):
+            if any(self._unsendable(e) for e in rows):
                 probes, rows = await self._abandon(conn, rows, probes)
             if not rows:
                 return full
@@ -345,33 +349,37 @@ class Dispatcher:
             return False  # held rows wait a poll interval, not claimed again at once
         return full
 
+    def _unsendable(self, event: ClaimedEvent) -> str | None:
+        """Why ``event`` is not to be sent, if it is not."""
+        if event.lost_leases >= self.config.max_lost_leases:
+            return LOST_LEASES.format(n=event.lost_leases)
+        if event.body is None:
+            return NO_BODY
+        return None
+
     async def _abandon(
         self, conn: asyncpg.Connection, rows: list[ClaimedEvent], probes: int
     ) -> tuple[int, list[ClaimedEvent]]:
-        """Dead-letter, unsent, the rows whose leases kept running out with no outcome
-        written; (probes, rows) left to send."""
-        limit = self.config.max_lost_leases
-        lost = [e for e in rows if e.lost_leases >= limit]
+        """Dead-letter, unsent, the rows not to be sent (see ``_unsendable``);
+        returns (probes, rows) left to send."""
+        why = {e.id: reason for e in rows if (reason := self._unsendable(e)) is not None}
         try:
-            done = await delivery.abandon_leases(
-                conn,
-                rows=[(e.id, LOST_LEASES.format(n=e.lost_leases)) for e in lost],
-                token=lost[0].token,
-            )
+            done = await delivery.abandon_leases(conn, rows=list(why.items()), token=rows[0].token)
         except Exception:
             # Not sent either way: their leases run out and the next claim tries again.
-            log.exception("could not dead-letter %d events whose leases ran out", len(lost))
-            done = set()
-        for e in lost:
+            log.exception("could not dead-letter %d events not to be sent", len(why))
+            done = {}
+        for e in rows:
             if e.id in done:
                 log.error(
-                    "event dead-lettered after %d leases ran out in a row with no outcome written",
-                    e.lost_leases,
+                    "event %s: %s",
+                    "dead-lettered" if done[e.id] else "dropped",
+                    why[e.id],
                     extra={"event_id": e.event_id, "task_id": e.task_id},
                 )
         self.counters["abandoned"] += len(done)
-        kept = [e for e in rows[:probes] if e.lost_leases < limit]
-        return len(kept), kept + [e for e in rows[probes:] if e.lost_leases < limit]
+        kept = [e for e in rows[:probes] if e.id not in why]
+        return len(kept), kept + [e for e in rows[probes:] if e.id not in why]
 
     async def _release(self, events: list[ClaimedEvent]) -> None:
         if not events:

@@ -779,7 +779,9 @@ DELETE FROM delivery_attempts a USING doomed d WHERE a.id = d.id;
 -- name: purge_tasks
 -- Finished tasks ($3: the terminal statuses) whose event is no longer waiting; idempotency keys go with
 -- them (ON DELETE CASCADE, found by idempotency_keys_task), and so does their stored
--- event (a task has one). $2 at a time.
+-- event (a task has one). $2 at a time. A task whose event is an open dead letter
+-- stays, as its attempt log does (purge_attempts): a replay puts the event back,
+-- and must find its task.
 -- FOR UPDATE SKIP LOCKED: concurrent purges take disjoint batches (as in
 -- purge_attempts), and a task a redelivery or replay holds is left to it. The
 -- lock also re-reads a row that changed since this statement's snapshot and
@@ -791,6 +793,8 @@ WITH doomed AS (
      WHERE t.status = ANY($3::text[])
        AND t.completed_at < $1 AND t.delivery_status <> 'pending'
        AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = t.event_id)
+       AND NOT EXISTS (SELECT 1 FROM dead_letters d
+                        WHERE d.event_id = t.event_id AND d.replayed_at IS NULL)
      LIMIT $2
        FOR UPDATE SKIP LOCKED
 ),
@@ -945,10 +949,12 @@ UPDATE outbox
  WHERE id = ANY($1::bigint[]) AND lease_token = $2;
 
 -- name: abandon_leases
--- Rows $1 (under token $2) whose leases ran out too many times in a row with no
--- outcome written (lost_leases): dead-lettered with the reasons $3, one per row,
--- instead of being sent again. No attempt is logged (none was made now, and
--- writing the log may be what keeps failing); the task's summary says dead, why.
+-- Rows $1 (under token $2) that are not to be sent: their leases ran out too many
+-- times in a row with no outcome written (lost_leases), or their stored event is
+-- gone. Dead-lettered with the reasons $3, one per row. No attempt is logged (none
+-- was made now, and writing the log may be what keeps failing); the task's summary
+-- says dead, and why. A row whose stored event is gone has no body for a letter:
+-- it is only removed. Returns each row taken, and whether it has a letter.
 WITH input AS (
     SELECT * FROM unnest($1::bigint[], $3::text[]) AS i(id, error)
 ),
@@ -968,6 +974,7 @@ buried AS (
            last_status_code = EXCLUDED.last_status_code, callback_url = EXCLUDED.callback_url,
            host = EXCLUDED.host,
            replayed_at = NULL, replayed_by = NULL
+    RETURNING d.event_id
 ),
 summary AS (
     UPDATE tasks t
@@ -976,7 +983,7 @@ summary AS (
       FROM dead x
      WHERE t.id = x.task_id AND t.event_id = x.event_id
 )
-SELECT id FROM dead;
+SELECT x.id, x.event_id IN (SELECT event_id FROM buried) FROM dead x;
 
 -- name: _change_rows
 -- A logged change rendered as the task was at that version: what a change can

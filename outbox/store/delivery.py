@@ -34,6 +34,8 @@ class ClaimedEvent:
     event_type: str
     callback_url: str
     host: str
+    # None only if its stored event is gone (a database an older release purged
+    # under a redelivery): nothing to send.
     body: bytes
     attempts: int
     budget_used: int
@@ -125,13 +127,15 @@ async def defer_leases(
 
 async def abandon_leases(
     conn: asyncpg.Connection, *, rows: Sequence[tuple[int, str]], token: UUID
-) -> set[int]:
-    """Dead-letter rows ``(id, why)`` held under ``token`` without an attempt; the ids
-    that were still under it."""
+) -> dict[int, bool]:
+    """Dead-letter rows ``(id, why)`` held under ``token`` without an attempt. For each
+    row that was still under it: whether it has a dead letter (False: its stored
+    event was gone, so it was only removed)."""
     if not rows:
-        return set()
+        return {}
     ids, errors = zip(*rows, strict=True)
-    return {r[0] for r in await conn.fetch(_ABANDON_LEASES, list(ids), token, list(errors))}
+    found = await conn.fetch(_ABANDON_LEASES, list(ids), token, list(errors))
+    return {r[0]: r[1] for r in found}
 
 
 class OutcomeRow(NamedTuple):
