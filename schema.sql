@@ -399,3 +399,22 @@ BEGIN
     END IF;
 END
 $$;
+
+-- A deleted tenant takes its undelivered work with it (0017): its tasks, keys and
+-- secrets go by ON DELETE CASCADE; the tables without a foreign key to tenants (one
+-- would cost every event a lookup and a lock on its tenant's row) by this trigger,
+-- at deletion only. An event in flight then has no row for its outcome (the lease
+-- fence refuses it) and is never sent again. Its attempt log goes by retention.
+CREATE OR REPLACE FUNCTION forget_tenant() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM outbox WHERE tenant_id = OLD.id;
+    DELETE FROM dead_letters WHERE tenant_id = OLD.id;
+    DELETE FROM events WHERE tenant_id = OLD.id;
+    DELETE FROM task_changes WHERE tenant_id = OLD.id;
+    RETURN NULL;
+END
+$$;
+DROP TRIGGER IF EXISTS tenants_forgotten ON tenants;
+CREATE TRIGGER tenants_forgotten AFTER DELETE ON tenants
+    FOR EACH ROW EXECUTE FUNCTION forget_tenant();

@@ -61,6 +61,13 @@ LOST_LEASES = (
     "(a dispatcher crashed, the write failed, or the attempt failed with an error of "
     "ours); dead-lettered rather than sent again"
 )
+# Why an event is dead-lettered whose tenant has nothing that signs now (its
+# secrets deleted by hand): unsigned it cannot be sent; a replay once a key is back.
+NO_SIGNING_KEY = "the tenant has no active signing key"
+# Why an event is dropped whose tenant is gone: nothing of the tenant's is kept.
+# Deleting a tenant removes its waiting events (migration 0017); only rows left by
+# a deletion before that are met here.
+TENANT_GONE = "its tenant was deleted"
 # Why an event is dropped whose stored body is gone: there is nothing to send.
 # Only a database where an older release purged a task under its redelivery
 # holds such a row; it used to fail its attempt every second for ever.
@@ -308,7 +315,10 @@ class Dispatcher:
             # A secret that does not decrypt is that tenant's problem, unless
             # this process's key is no longer the database's (rotated while we
             # ran): then nothing is the events' fault, so hold them, not bury them.
-            own_key_ok = len(signers) == len(tenants) or await key_matches(conn, self._box)
+            keyless = self.keyring.keyless
+            own_key_ok = len(signers) + len(keyless) == len(tenants) or await key_matches(
+                conn, self._box
+            )
         self.counters["claimed"] += len(rows)
         held: list[ClaimedEvent] = []
         now = time.monotonic()
@@ -320,6 +330,12 @@ class Dispatcher:
             startable[lane] += max(0, n - self._flight.lanes[lane])
         for i, event in enumerate(rows):
             signer = signers.get(event.tenant_id)
+            if signer is None and event.tenant_id in keyless:
+                self.recorder.add(
+                    AttemptResult(event, "dead", datetime.now(UTC), 0.0, error=NO_SIGNING_KEY)
+                )
+                self.counters["no_signing_key"] += 1
+                continue
             if signer is None and not own_key_ok:
                 held.append(event)
                 continue
@@ -353,6 +369,8 @@ class Dispatcher:
         """Why ``event`` is not to be sent, if it is not."""
         if event.lost_leases >= self.config.max_lost_leases:
             return LOST_LEASES.format(n=event.lost_leases)
+        if event.secret_version is None:  # read with the claim: no such tenant
+            return TENANT_GONE
         if event.body is None:
             return NO_BODY
         return None

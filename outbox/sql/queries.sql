@@ -953,8 +953,9 @@ UPDATE outbox
 -- times in a row with no outcome written (lost_leases), or their stored event is
 -- gone. Dead-lettered with the reasons $3, one per row. No attempt is logged (none
 -- was made now, and writing the log may be what keeps failing); the task's summary
--- says dead, and why. A row whose stored event is gone has no body for a letter:
--- it is only removed. Returns each row taken, and whether it has a letter.
+-- says dead, and why. A row whose stored event is gone has no body for a letter,
+-- and one whose tenant is gone has no one to replay it: those are only removed.
+-- Returns each row taken, and whether it has a letter.
 WITH input AS (
     SELECT * FROM unnest($1::bigint[], $3::text[]) AS i(id, error)
 ),
@@ -969,6 +970,7 @@ buried AS (
     SELECT x.event_id, x.tenant_id, x.task_id, x.event_type, x.callback_url, x.host, e.body,
            x.created_at, x.attempts, x.error, x.last_status_code
       FROM dead x JOIN events e ON e.event_id = x.event_id
+     WHERE EXISTS (SELECT 1 FROM tenants t WHERE t.id = x.tenant_id)
     ON CONFLICT (event_id) DO UPDATE
        SET failed_at = now(), attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error,
            last_status_code = EXCLUDED.last_status_code, callback_url = EXCLUDED.callback_url,

@@ -39,7 +39,8 @@ class ClaimedEvent:
     body: bytes
     attempts: int
     budget_used: int
-    # The tenant's signing-key version as of the claim (tenants.secret_version).
+    # The tenant's signing-key version as of the claim (tenants.secret_version);
+    # None if no such tenant (deleted before migration 0017 removed its rows too).
     secret_version: int
     token: UUID
     # Leases of this row that ran out in a row with no outcome written, this
