@@ -1,9 +1,11 @@
 """A receiver that never answers: listens on several ports, reads requests, holds them open.
 
-    python -m bench._blackhole PORT,PORT,... OUT
+    python -m bench._blackhole PORT,PORT,... OUT [HOST,HOST,...]
 
-On SIGTERM it writes ``{"accepted", "peak_open"}`` to OUT: the connections taken
-and the most held open at once, over all ports.
+It listens on every port of every host (loopback addresses; 127.0.0.1 when none
+are named), each (host, port) one destination to the dispatcher. On SIGTERM it
+writes ``{"accepted", "peak_open"}`` to OUT: the connections taken and the most
+held open at once, over all of them.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import signal
 import sys
 
 
-async def serve(ports: list[int], out: str) -> None:
+async def serve(ports: list[int], out: str, hosts: list[str]) -> None:
     state = {"accepted": 0, "open": 0, "peak_open": 0}
 
     async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -27,7 +29,7 @@ async def serve(ports: list[int], out: str) -> None:
             state["open"] -= 1
             writer.close()
 
-    servers = [await asyncio.start_server(hold, "127.0.0.1", port) for port in ports]
+    servers = [await asyncio.start_server(hold, h, port) for h in hosts for port in ports]
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
@@ -38,4 +40,5 @@ async def serve(ports: list[int], out: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(serve([int(p) for p in sys.argv[1].split(",")], sys.argv[2]))
+    hosts = sys.argv[3].split(",") if len(sys.argv) > 3 else ["127.0.0.1"]
+    asyncio.run(serve([int(p) for p in sys.argv[1].split(",")], sys.argv[2], hosts))

@@ -1,13 +1,16 @@
 """Benchmark receiver: records arrival minus the event's commit timestamp, answers 204.
 
     python -m bench._receiver PORT OUT [--fail-rate F] [--hang-rate H] [--hang-s S] [--seed N]
+                                       [--commit-times]
 
 A request to ``/hook?warm`` is answered and counted but not measured (warm-ups).
 With ``--fail-rate`` it answers 500 to that share of requests at random; with
 ``--hang-rate`` it holds that share open for ``--hang-s`` seconds before answering.
 On SIGTERM it writes ``{"count", "unique", "latencies_ms", "answered_2xx", "failed",
 "hung", "processed_after_sender_gave_up"}`` to OUT, where ``answered_2xx`` maps each
-event id to the 2xx answers its sender was still there to read.
+event id to the 2xx answers its sender was still there to read. With
+``--commit-times`` it also writes ``committed_at``: each measured event's commit
+time (unix seconds), in the order of ``latencies_ms``.
 """
 
 from __future__ import annotations
@@ -38,9 +41,11 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=None)
     # Several loopback addresses (127.0.0.1,127.0.0.2,...): as many destination hosts.
     p.add_argument("--hosts", default="127.0.0.1")
+    p.add_argument("--commit-times", action="store_true")
     args = p.parse_args()
     rng = random.Random(args.seed)
     latencies: list[float] = []
+    committed: list[float] = []
     seen: set[str] = set()
     answered: Counter[str] = Counter()
     faults: Counter[str] = Counter()
@@ -54,6 +59,8 @@ def main() -> None:
         if m and "warm" not in request.query:  # ?warm: a warm-up, not measured
             sent = datetime.fromisoformat(m.group(1).decode().replace("Z", "+00:00"))
             latencies.append((now - sent.timestamp()) * 1000)
+            if args.commit_times:
+                committed.append(sent.timestamp())
         if args.hang_rate and rng.random() < args.hang_rate:
             faults["hung"] += 1
             await asyncio.sleep(args.hang_s)
@@ -76,6 +83,7 @@ def main() -> None:
                     "unique": len(seen),
                     "latencies_ms": latencies,
                     "answered_2xx": answered,
+                    **({"committed_at": committed} if args.commit_times else {}),
                     **faults,
                 },
                 fh,

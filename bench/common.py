@@ -1,10 +1,10 @@
-"""Shared benchmark plumbing: a database, a receiver process, percentiles, BENCHMARKS.md."""
+"""Shared benchmark plumbing: a database, a receiver process, percentiles, and the pages
+of recorded figures (docs/operations/benchmarks.md, docs/operations/reliability.md)."""
 
 from __future__ import annotations
 
 import asyncio
 import atexit
-import inspect
 import json
 import os
 import subprocess
@@ -12,15 +12,14 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from bench.procs import ROOT, free_port, hookrelay, peak_rss_mb, wait_for_port
 from hookrelay.outbox.store.pool import apply_schema
+from tests.harness.procs import ROOT, free_port, hookrelay, peak_rss_mb, wait_for_port
 
 # Set by ``python -m bench --record``: only then does record() rewrite the Markdown files.
 RECORDING = False
@@ -157,34 +156,17 @@ async def drain(dsn: str, env: dict[str, str], n: int) -> tuple[float, float]:
         await conn.close()
 
 
-async def eventually(
-    predicate: Callable[[], Any], timeout: float = 10.0, *, what: str = "", every: float = 0.02
-) -> Any:
-    """Call ``predicate`` (sync or async) until it returns something truthy; return that.
-
-    In place of fixed sleeps: the test (or benchmark) goes on as soon as the condition
-    holds, and a loaded machine gets the whole ``timeout`` before it fails. ``every`` is the
-    pause between calls, longer for a predicate that is itself costly.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if inspect.isawaitable(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            name = what or getattr(predicate, "__qualname__", repr(predicate))
-            raise AssertionError(f"not true after {timeout:g} s: {name} (last: {value!r})")
-        await asyncio.sleep(every)
-
-
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
+
+# Where ``--record`` writes: pages of the docs site (docs/), rewritten section by section
+# between their ``<!-- section -->`` markers; ``python -m bench quick`` reads BENCHMARKS.
+BENCHMARKS = "docs/operations/benchmarks.md"
+RELIABILITY = "docs/operations/reliability.md"
 
 HEADER = (
     "# Benchmarks\n\nEvery figure is from one run on a 2-core machine; ratios are against "
@@ -198,9 +180,9 @@ RELIABILITY_HEADER = (
 
 
 def record(
-    section: str, command: str, table: str, *, file: str = "BENCHMARKS.md", header: str = HEADER
+    section: str, command: str, table: str, *, file: str = BENCHMARKS, header: str = HEADER
 ) -> None:
-    """Replace ``section`` in ``file`` (BENCHMARKS.md) with the command and its table.
+    """Replace ``section`` in ``file`` (the benchmarks page) with the command and its table.
 
     Only under ``python -m bench ... --record``: a run to try something out leaves the
     recorded figures alone.

@@ -19,6 +19,7 @@ import asyncpg
 
 from bench.backlog import SIZES, claim_latency, fill, mb
 from bench.common import (
+    RELIABILITY,
     RELIABILITY_HEADER,
     ReceiverProcess,
     drain,
@@ -28,8 +29,8 @@ from bench.common import (
     server_dsn,
     server_facts,
 )
-from bench.procs import master_key, service_env
 from hookrelay.outbox.keys.at_rest import SecretBox
+from tests.harness.procs import master_key, service_env
 
 
 async def one(server: str, key: str, url: str, rows: int, pinned: bool) -> dict[str, Any]:
@@ -92,6 +93,6 @@ async def main() -> None:
         "vacuum blocked by an idle transaction",
         f"python -m bench vacuum --rows {args.rows}",
         table,
-        file="RELIABILITY.md",
+        file=RELIABILITY,
         header=RELIABILITY_HEADER,
     )

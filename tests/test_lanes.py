@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -11,8 +13,11 @@ import asyncpg
 import pytest
 from aiohttp import web
 
+from hookrelay.outbox import complete_task
 from hookrelay.outbox.dispatch.dispatcher import running
 from hookrelay.outbox.store import delivery
+from hookrelay.outbox.tasks.submit import NewTask, create_task
+from hookrelay.outbox.tenants import create_tenant
 from tests.receiver import Receiver
 from tests.support import backlog, dispatcher, eventually, wait_drained
 
@@ -134,6 +139,82 @@ async def test_hanging_hosts_of_one_tenant_do_not_starve_another(pool, runtime, 
     finally:
         for hole in holes:
             await hole.stop()
+
+
+async def test_tenants_whose_hosts_never_answer_do_not_starve_another(
+    pool, runtime, receiver
+) -> None:
+    """Five tenants, each under its cap with a host of its own that never answers, attack
+    while another tenant flows: its complete→receipt p99 stays within a second.
+
+    The attempts' deadline (30 s) is far beyond the test: only the scheduler can save it.
+    """
+    rt = replace(
+        runtime,
+        settings=replace(
+            runtime.settings,
+            concurrency=20,
+            per_host_concurrency=4,
+            tenant_concurrency=5,
+            http_timeout_s=30.0,
+            lease_s=60.0,
+        ),
+    )
+    rate, flowing_s, attack_after_s = 20, 3.0, 0.5
+    holes = [await Blackhole().start() for _ in range(5)]
+    async with pool.acquire() as conn:
+        normal = await create_tenant(conn, "normal", rt.secret_box)
+        flow = [
+            (await create_task(conn, normal.id, NewTask("t", receiver.url)))[0].id
+            for _ in range(int(rate * flowing_s))
+        ]
+        attack = []
+        for i, hole in enumerate(holes):
+            tenant = await create_tenant(conn, f"attacker-{i}", rt.secret_box)
+            for _ in range(8):  # twice its host's cap
+                attack.append((await create_task(conn, tenant.id, NewTask("t", hole.url)))[0].id)
+    attacked_at = float("inf")
+
+    async def strike() -> None:
+        nonlocal attacked_at
+        await asyncio.sleep(attack_after_s)
+        async with pool.acquire() as conn, conn.transaction():
+            for task_id in attack:
+                await complete_task(conn, task_id, "succeeded")
+        attacked_at = time.time()
+
+    try:
+        async with running(dispatcher(rt, pool)):
+            try:
+                striker = asyncio.create_task(strike())
+                t0 = time.monotonic()
+                async with pool.acquire() as conn:
+                    for i, task_id in enumerate(flow):
+                        await asyncio.sleep(max(0.0, i / rate - (time.monotonic() - t0)))
+                        await complete_task(conn, task_id, "succeeded")
+                await striker
+                await receiver.wait_for(len(flow), timeout=10)
+                # The attackers hold every slot but the reserve (2 of 20), all still hanging.
+                assert sum(h.open for h in holes) == 18
+            finally:
+                for hole in holes:
+                    hole.hang_up()  # so stopping does not wait out the attackers' deadlines
+    finally:
+        for hole in holes:
+            await hole.stop()
+    during = [
+        r.at - committed
+        for r in receiver.received
+        if (committed := _committed_at(r.body)) >= attacked_at
+    ]
+    assert len(during) >= rate * (flowing_s - attack_after_s) - rate  # most of the flow
+    p99 = sorted(during)[min(len(during) - 1, int(0.99 * len(during)))]
+    assert p99 <= 1.0, sorted(during)[-5:]
+
+
+def _committed_at(body: bytes) -> float:
+    """The event's commit time (its body's ``timestamp``), as unix seconds."""
+    return datetime.fromisoformat(json.loads(body)["timestamp"]).timestamp()
 
 
 async def test_held_rows_leave_the_lanes_and_return_when_the_host_answers(pool, runtime) -> None:

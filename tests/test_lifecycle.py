@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -16,10 +17,13 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import asyncpg
 import httpx
+import psutil
 import pytest
 from aiohttp import web
 
+from hookrelay import outbox
 from hookrelay.service.server.embedded_recovery import servers_for
 from tests.receiver import Receiver
 from tests.support import ADMIN_TOKEN, ROOT, bearer, free_port
@@ -101,25 +105,60 @@ def handles(data: Path) -> list[int]:
     return list(json.loads(path.read_text())) if path.exists() else []
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-async def test_signal_stops_serve_and_its_embedded_server(home: Path, sig: int) -> None:
+@pytest.mark.parametrize(
+    ("sig", "workers"),
+    [(signal.SIGTERM, 1), (signal.SIGINT, 1), (signal.SIGINT, 2)],
+    ids=["SIGTERM", "SIGINT", "SIGINT-2-workers"],
+)
+async def test_signal_stops_serve_and_its_embedded_server(
+    home: Path, sig: int, workers: int
+) -> None:
     data, port = home / "data", free_port()
-    proc, banner = await start_serve(serve_env(data, port), home)
+    env = {**serve_env(data, port), "HOOKRELAY_WORKERS": str(workers)}
+    proc, banner = await start_serve(env, home)
+    children = [p.pid for p in psutil.Process(proc.pid).children()]
+    assert len(children) == (0 if workers == 1 else workers + 1)
     # The banner comes after the bind: the port answers as soon as it is printed.
     assert banner.startswith(f"hookrelay listening on http://127.0.0.1:{port}\n")
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as c:
         assert (await c.get("/readyz")).status_code == 200
     assert f"data directory:  {data}\n" in banner
     assert "admin token:     HOOKRELAY_ADMIN_TOKEN" in banner
+    await an_executor_connects_as_the_banner_says(banner, port)
     pgdata = data / "pg"
     assert servers_for(pgdata), "the embedded server should be running"
     code, err = await stop(proc, sig)
     assert code == 0, err[-2000:]
+    assert not any(psutil.pid_exists(pid) for pid in children), "a worker outlived serve"
     assert servers_for(pgdata) == [], "a postgres process outlived serve"
     assert handles(data) == []
     # initdb's chatter went to the log file, not to the terminal.
     assert "initdb" not in err and "Running commandline" not in err
     assert "initdb" in (data / "embedded-postgres.log").read_text()
+
+
+async def an_executor_connects_as_the_banner_says(banner: str, port: int) -> None:
+    """The banner's database url, given to a plain ``asyncpg.connect()`` as printed, is
+    the service's database: an executor completes a task there (no password needed)."""
+    (url,) = re.findall(r"^database url:    (\S+)$", banner, flags=re.M)
+    assert url.startswith("postgresql://postgres@/postgres?host=/"), url
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as c:
+        r = await c.post("/v1/admin/tenants", json={"name": "acme"}, headers=ADMIN)
+        key = r.json()["apiKey"]
+        r = await c.post(
+            "/v1/tasks",
+            json={"type": "t", "callbackUrl": "http://127.0.0.1:9/h"},
+            headers=bearer(key),
+        )
+        task = r.json()["id"]
+        conn = await asyncpg.connect(url)
+        try:
+            async with conn.transaction():
+                await outbox.complete_task(conn, task, "succeeded", result={"ok": True})
+        finally:
+            await conn.close()
+        r = await c.get(f"/v1/tasks/{task}", headers=bearer(key))
+    assert (r.json()["status"], r.json()["result"]) == ("succeeded", {"ok": True})
 
 
 async def test_sigkill_then_restart_recovers_and_loses_nothing(home: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from hookrelay.outbox.store.migrate import migrate, migrations
+from hookrelay.outbox.store.migrations import migrate, migrations
 from tests.conftest import NewDb
 from tests.test_migrate import run_migrate
 

@@ -18,13 +18,13 @@ import time
 
 import pytest
 
-from bench.purge import expired_backlog, left_to_purge
 from hookrelay.outbox import complete_task
 from hookrelay.outbox.dispatch.dispatcher import running
 from hookrelay.outbox.store.pool import create_pool
 from hookrelay.outbox.tasks.submit import NewTask, create_task
 from hookrelay.outbox.tasks.timeouts import Retention, sweeping
 from hookrelay.outbox.tenants import create_tenant
+from tests.harness.expired import expired_backlog, left_to_purge
 from tests.receiver import Receiver
 from tests.support import dispatcher, eventually, wait_drained
 

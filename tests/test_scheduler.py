@@ -55,8 +55,40 @@ def test_a_tenant_alone_uses_all_but_the_reserve() -> None:
 def test_a_newcomer_gets_the_reserve_while_the_hog_gets_nothing() -> None:
     hog = running(*((f"h{i}", "x", 2) for i in range(90)))  # 180 hanging
     lanes = [lane(f"h{i}", "x", age=60) for i in range(100)] + [lane("fast", "y")]
-    got = allocate(lanes, hog, DEFAULTS, batch=200)
+    # Not heard from yet: one slot of the reserve; the rest once it answers.
+    assert allocate(lanes, hog, DEFAULTS, batch=200) == {("fast", "y"): 1}
+    got = allocate(lanes, hog, DEFAULTS, batch=200, answering={"fast"})
     assert got == {("fast", "y"): 20}
+
+
+def test_tenants_each_under_their_cap_leave_the_reserve_to_the_next_one() -> None:
+    # Ten tenants with a host each that never answers, each under per_tenant (50):
+    # together they stop at the reserve's edge, each at its fair share (180 / 10).
+    lanes = [lane(f"h{i}", f"x{i}", due=40, age=10) for i in range(10)]
+    got = allocate(lanes, InFlight.empty(), DEFAULTS, batch=200)
+    assert sorted(got.values()) == [18] * 10
+    hung = running(*((f"h{i}", f"x{i}", 18) for i in range(10)))
+    # Answering or not, their hosts get no more while another tenant is due...
+    for answering in (set(), {f"h{i}" for i in range(10)}):
+        got = allocate([*lanes, lane("fast", "y")], hung, DEFAULTS, batch=200, answering=answering)
+        assert got == {("fast", "y"): 1}
+    # ...nor while it is merely flowing (in flight, nothing due at this round).
+    hung.add("fast", "y")
+    assert allocate(lanes, hung, DEFAULTS, batch=200) == {}
+
+
+def test_silent_hosts_arriving_one_by_one_take_one_reserve_slot_each() -> None:
+    # Four tenants hold everything short of the reserve; six more arrive, each with
+    # a host not heard from, each far under its share: one slot each, the rest is kept.
+    flight = running(*((f"h{i}{j}", f"x{i}", 15) for i in range(4) for j in range(3)))
+    assert flight.total == 180
+    lanes = [lane(f"new{i}", f"late{i}", due=40) for i in range(6)]
+    got = allocate(lanes, flight, DEFAULTS, batch=200)
+    assert got == {(f"new{i}", f"late{i}"): 1 for i in range(6)}
+    for i in range(6):
+        flight.add(f"new{i}", f"late{i}")
+    got = allocate([*lanes, lane("fast", "y")], flight, DEFAULTS, batch=200)
+    assert got == {("fast", "y"): 1}
 
 
 def test_under_contention_each_tenant_holds_at_most_its_share() -> None:

@@ -16,7 +16,7 @@ import asyncpg
 import httpx
 import pytest
 
-from hookrelay.outbox.store.migrate import COMPATIBLE_MARK, migrate, migrations
+from hookrelay.outbox.store.migrations import COMPATIBLE_MARK, migrate, migrations
 from tests.conftest import NewDb
 from tests.receiver import Receiver
 from tests.support import ADMIN, ServeProcess, cli_env, master_key, run_cli, service_env

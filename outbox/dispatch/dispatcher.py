@@ -25,10 +25,10 @@ from hookrelay.outbox import ids
 from hookrelay.outbox.dispatch.attempt import AttemptLimits, AttemptResult, attempt
 from hookrelay.outbox.dispatch.circuit import BreakerPolicy, take_probes
 from hookrelay.outbox.dispatch.claim_ahead import AheadQueues, Waiting
-from hookrelay.outbox.dispatch.local_faults import DEFER_S, FaultReporter
 from hookrelay.outbox.dispatch.outcomes import Recorder
 from hookrelay.outbox.dispatch.retry import RetryPolicy
 from hookrelay.outbox.dispatch.scheduler import (
+    ANSWERED_S,
     HOLD_S,
     Caps,
     InFlight,
@@ -39,6 +39,7 @@ from hookrelay.outbox.dispatch.scheduler import (
     still_due,
 )
 from hookrelay.outbox.egress.http import Sender
+from hookrelay.outbox.egress.local_faults import DEFER_S, FaultReporter
 from hookrelay.outbox.egress.ssrf import AddressPolicy
 from hookrelay.outbox.errors import LocalFault
 from hookrelay.outbox.keys.at_rest import SecretBox
@@ -165,6 +166,9 @@ class Dispatcher:
             AHEAD_CAPS * config.per_host_concurrency if slack > 0 else 0, max(0.0, slack / 2)
         )
         self._delivered_on: set[Lane] = set()  # lanes that delivered since the last round
+        # When each host last answered (time.monotonic()), for the reserve's host
+        # rule (dispatch.scheduler); hosts silent for longer than ANSWERED_S drop out.
+        self._answered: dict[str, float] = {}
         self._refill = False  # a lane's rows ahead ran low
 
     # ------------------------------------------------------------ lifecycle
@@ -283,7 +287,13 @@ class Dispatcher:
                     await delivery.hold_lanes(conn, hosts=behind_open, hold_s=HOLD_S)
             caps = self.config.caps
             before = Counter(self._flight.lanes)
-            grants = allocate(lanes, self._flight, caps, batch=self.config.batch_size)
+            grants = allocate(
+                lanes,
+                self._flight,
+                caps,
+                batch=self.config.batch_size,
+                answering=self._answering(time.monotonic()),
+            )
             extra = ahead(
                 lanes,
                 grants,
@@ -399,6 +409,13 @@ class Dispatcher:
         kept = [e for e in rows[:probes] if e.id not in why]
         return len(kept), kept + [e for e in rows[probes:] if e.id not in why]
 
+    def _answering(self, now: float) -> set[str]:
+        """The hosts that answered within ANSWERED_S; the others are forgotten."""
+        quiet = [h for h, at in self._answered.items() if now - at > ANSWERED_S]
+        for host in quiet:
+            del self._answered[host]
+        return set(self._answered)
+
     async def _release(self, events: list[ClaimedEvent]) -> None:
         if not events:
             return
@@ -454,6 +471,8 @@ class Dispatcher:
             await self._give_back(event, LocalFault("bug", f"{type(exc).__name__}: {exc}"))
             return
         self.recorder.add(result)
+        if result.status_code is not None:
+            self._answered[event.host] = time.monotonic()
         if result.outcome == "delivered":
             self._delivered_on.add((event.host, event.tenant_id))
         if log.isEnabledFor(logging.DEBUG):  # its extra dict is not built otherwise

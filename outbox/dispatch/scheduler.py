@@ -16,10 +16,24 @@ The rules of one round, over the lanes with due rows whose circuit is closed:
 - **Tenant share.** While another tenant has due rows, a tenant holds at most
   ``per_tenant`` slots; a tenant alone may use every slot but the reserve.
 - **Reserve.** The last tenth of all slots goes only to a tenant holding fewer
-  than ``per_tenant``; the last tenth of a tenant's cap goes only to a host
-  holding fewer than its equal part of that cap. So a newcomer finds room at
-  once even while one tenant's (or one host's) attempts all hang until their
-  deadline: a running request is never taken back, so room must be kept.
+  than its fair share, and only to a host that has answered in the last
+  ``ANSWERED_S`` or has nothing in flight; the last tenth of a tenant's cap goes
+  only to a host holding fewer than its equal part of that cap. So a newcomer
+  finds room at once even while other tenants' (or hosts') attempts all hang
+  until their deadline: a running request is never taken back, so room must be
+  kept. A tenant's fair share is the slots short of the reserve divided among
+  the tenants that hold slots or have due rows, and never more than
+  ``per_tenant``. It is the share, not ``per_tenant`` alone, because several
+  tenants can each stay under ``per_tenant`` and still hold every slot between
+  them: ten tenants, each with a host that never answers, took all 200 slots
+  at 20 each (the per-host cap) and another tenant got nothing until their
+  attempts timed out. Tenants crowding in together are evened out by the turns
+  below, so at the reserve's edge each holds about its share and none may go
+  on. The host rule covers tenants that arrive one after another, or unevenly,
+  while others are stuck: one under its share could otherwise take the whole
+  reserve at once; a host not heard from takes one slot of it, and more only
+  once it answers. Below the reserve neither rule applies: slots are free
+  there, and holding them back would only leave them idle.
 - **Order.** Tenants take one slot each in turn, the one whose oldest due row
   has waited longest first; within a tenant its lanes take turns the same way.
   A lane never gets more slots than it has due rows.
@@ -30,7 +44,10 @@ oldest due row has waited longest among those its host and tenant caps let
 start, and rows that become due later are younger, so only finitely many rows
 can ever be served ahead of a waiting one. The reserve bounds the wait of a
 tenant under its share to the time the reserve takes to turn over, however
-many slots another tenant's stuck hosts hold.
+many slots other tenants' stuck hosts hold. It runs out only when, while
+everything short of it is held, more silent hosts than it has slots each take
+one (a newcomer's first slot cannot be refused: it may be the tenant to
+protect), or hosts go quiet within ``ANSWERED_S`` of an answer.
 """
 
 from __future__ import annotations
@@ -49,6 +66,11 @@ RESERVE_FRACTION = 10  # the reserve is 1/10th of a cap (at least one slot)
 # closing puts them back at once; this only bounds how long they stay out of
 # sight if it stays open (they are then held again, once per HOLD_S).
 HOLD_S = 3600.0
+# A host that answered (any HTTP status) within this long is turning its slots
+# over, and may take slots of the reserve beyond its first. One second, the wait
+# the reserve is meant to bound: a host that goes quiet right after an answer
+# takes reserve slots beyond its first for no longer than that.
+ANSWERED_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -97,13 +119,24 @@ def _reserve(cap: int) -> int:
 
 
 def allocate(
-    lanes: Iterable[DueLane], flight: InFlight, caps: Caps, *, batch: int
+    lanes: Iterable[DueLane],
+    flight: InFlight,
+    caps: Caps,
+    *,
+    batch: int,
+    answering: Set[str] = frozenset(),
 ) -> dict[Lane, int]:
-    """Slots for each lane this round (lanes absent get none), at most ``batch`` in all."""
+    """Slots for each lane this round (lanes absent get none), at most ``batch`` in all.
+
+    ``answering``: the hosts that answered within ``ANSWERED_S`` (the reserve's host rule).
+    """
     by_tenant: dict[str, deque[DueLane]] = {}
     for lane in sorted((x for x in lanes if x.state == "closed"), key=lambda x: x.oldest):
         by_tenant.setdefault(lane.tenant_id, deque()).append(lane)
     tenant_cap = caps.per_tenant if len(by_tenant) > 1 else caps.total
+    edge = caps.total - _reserve(caps.total)  # the reserve starts here
+    active = len(by_tenant.keys() | flight.tenants.keys())
+    share = min(caps.per_tenant, max(1, edge // max(1, active)))
     hosts, tenants, running = Counter(flight.hosts), Counter(flight.tenants), flight.total
     on_lane = Counter(flight.lanes)
     grants: Counter[Lane] = Counter()
@@ -116,8 +149,10 @@ def allocate(
             return False
         if tenants[t] >= tenant_cap:
             return False
-        if running >= caps.total - _reserve(caps.total) and tenants[t] >= caps.per_tenant:
-            return False
+        if running >= edge and (
+            tenants[t] >= share or (hosts[lane.host] > 0 and lane.host not in answering)
+        ):
+            return False  # the reserve: see the module's docstring
         equal_part = max(1, tenant_cap // len(by_tenant[t]))
         return tenants[t] < tenant_cap - _reserve(tenant_cap) or on_lane[key] < equal_part
 

@@ -9,8 +9,7 @@ from dataclasses import dataclass
 
 from starlette.requests import HTTPConnection, Request
 
-from hookrelay.outbox.store import KEYS_CHANNEL
-from hookrelay.outbox.store.listener import Listener
+from hookrelay.outbox.store import KEYS_CHANNEL, Listener
 from hookrelay.outbox.tenants import authenticate, hash_api_key
 from hookrelay.service.api.errors import Forbidden, Unauthorized
 
@@ -116,7 +115,7 @@ def require_metrics_reader(request: Request) -> None:
     ok = hmac.compare_digest(token, admin.encode())
     ok |= metrics is not None and hmac.compare_digest(token, metrics.encode())
     if not ok:
-        raise Unauthorized("/metrics needs the admin token or HOOKRELAY_METRICS_TOKEN")
+        raise Unauthorized("/metrics needs the admin token or the metrics token")
 
 
 async def require_admin(request: Request) -> None:

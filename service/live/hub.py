@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from hookrelay.outbox.store import CHANGES_CHANNEL, TASKS_CHANNEL, changes
-from hookrelay.outbox.store.listener import Listener
+from hookrelay.outbox.store import CHANGES_CHANNEL, TASKS_CHANNEL, Listener, changes
 from hookrelay.service.api.errors import ApiError, ServiceUnavailable
 from hookrelay.service.live.changes import Change, Reset
 from hookrelay.service.live.coalesce import Coalesced
@@ -60,7 +59,10 @@ class _Tenant:
 
 
 class StreamHub:
-    """Subscriptions to tenants' changes; :meth:`start` before use, :meth:`stop` at exit."""
+    """Subscriptions to tenants' changes; :meth:`start` before use, :meth:`stop` at exit.
+
+    The :class:`~hookrelay.service.live.subscription.Feed` of every subscription it opens.
+    """
 
     def __init__(self, dsn: str, *, per_tenant: int = 500, queue_size: int = 1000) -> None:
         self.per_tenant, self.queue_size = per_tenant, queue_size
@@ -138,7 +140,7 @@ class StreamHub:
                 self._schedule(tenant)
         if len(tenant.subscribers) >= self.per_tenant:
             raise TooManyStreams(
-                f"this tenant has {self.per_tenant} streams open (HOOKRELAY_STREAMS_PER_TENANT)",
+                f"this tenant has {self.per_tenant} streams open on this server, the most it may",
                 headers={"Retry-After": "10"},
             )
         if after is None:

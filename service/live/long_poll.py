@@ -15,8 +15,7 @@ import contextlib
 from collections import defaultdict
 from collections.abc import Iterator
 
-from hookrelay.outbox.store import CHANGES_CHANNEL, TASKS_CHANNEL, changes
-from hookrelay.outbox.store.listener import Listener
+from hookrelay.outbox.store import CHANGES_CHANNEL, TASKS_CHANNEL, Listener, changes
 
 
 class TaskWatcher:

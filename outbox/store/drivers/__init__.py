@@ -1,50 +1,41 @@
 """Running a plan (``store.steps``) on the caller's connection, whatever its driver.
 
-A driver does two things: open an atomic block on the caller's connection, and
-run one step, giving back the row as asyncpg would (a mapping; jsonb decoded,
-timestamps in UTC). The atomic block is a savepoint if the caller has a
+What a driver is, and asyncpg's, are in :mod:`.base`. The adapters for the other
+libraries (:mod:`.psycopg`, :mod:`.sqlalchemy`, :mod:`.sqlalchemy_async`) build on
+that and import nothing from here: this module picks one of them, never the other
+way round. The atomic block is a savepoint if the caller has a
 transaction open, else a transaction of its own, as asyncpg's and psycopg's
 ``transaction()`` do; under SQLAlchemy it is SQLAlchemy's own nested
-transaction (``hookrelay.outbox.store.drivers.sqlalchemy``).
+transaction (``hookrelay.outbox.store.drivers.sqlalchemy``). Given an asyncpg
+pool rather than a connection, the call takes one of its connections, in a
+transaction of its own.
 
 The driver is picked by the connection's type, once per type. psycopg and
 SQLAlchemy are optional extras: their modules are imported only when one of
 their connections is seen. asyncpg's connection is used as it is, so the
 service's own calls pay for one lookup and one small object.
+
+Of hookrelay, this package and its adapters import only :mod:`hookrelay.outbox.store.steps`
+and :mod:`hookrelay.outbox.errors`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
-from typing import Any, Protocol, TypeVar, cast
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar, cast
 
 from hookrelay.outbox.errors import DatabaseUnavailable
+from hookrelay.outbox.store.drivers.base import (
+    AsyncDriver,
+    AsyncpgDriver,
+    AsyncpgPoolDriver,
+    SyncDriver,
+    family,
+)
 from hookrelay.outbox.store.steps import Plan, Row, Step
 
 T = TypeVar("T")
-
-
-class AsyncDriver(Protocol):
-    def atomic(self) -> AbstractAsyncContextManager[Any]: ...
-
-    def fetch(self, step: Step) -> Awaitable[Row | None]:
-        """The step's row (None if it returns none); anything, if ``decode`` is None."""
-        ...
-
-    def lost(self, exc: Exception) -> bool:
-        """Whether ``exc`` means the connection is gone (:class:`DatabaseUnavailable`)."""
-        ...
-
-
-class SyncDriver(Protocol):
-    def atomic(self) -> AbstractContextManager[Any]: ...
-
-    def fetch(self, step: Step) -> Row | None: ...
-
-    def lost(self, exc: Exception) -> bool: ...
 
 
 @contextlib.contextmanager
@@ -92,59 +83,15 @@ def run_sync(conn: object, plan: Plan[T]) -> T:
             sent = _answer(step, driver.fetch(step))
 
 
-class AsyncpgDriver:
-    """An asyncpg connection (or pool proxy). ``borrowed``: it is SQLAlchemy's, whose
-    jsonb codec takes JSON text, and whose loss is reported as :class:`DatabaseUnavailable`
-    (the service's own connections keep asyncpg's errors, which its handlers know)."""
-
-    __slots__ = ("borrowed", "conn")
-
-    def __init__(self, conn: Any, borrowed: bool = False) -> None:
-        self.conn = conn
-        self.borrowed = borrowed
-
-    def atomic(self) -> AbstractAsyncContextManager[Any]:
-        return cast(AbstractAsyncContextManager[Any], self.conn.transaction())
-
-    def fetch(self, step: Step) -> Awaitable[Any]:
-        # asyncpg's own awaitable, not a coroutine around it: this is the API's path.
-        # What execute() gives back (a status string) is never decoded.
-        args = json_text(step) if self.borrowed else step.args
-        if step.decode is None:
-            return cast(Awaitable[Any], self.conn.execute(step.sql, *args))
-        return cast(Awaitable[Any], self.conn.fetchrow(step.sql, *args))
-
-    def lost(self, exc: Exception) -> bool:
-        return self.borrowed and bool(self.conn.is_closed())
-
-
-def json_text(step: Step) -> tuple[Any, ...]:
-    """``step``'s arguments with its jsonb ones as JSON text (NULL stays NULL)."""
-    if not step.jsonb:
-        return step.args
-    args = list(step.args)
-    for i in step.jsonb:
-        if args[i] is not None:
-            args[i] = json.dumps(args[i])
-    return tuple(args)
-
-
 _ASYNC: dict[type, Callable[[Any], AsyncDriver]] = {}
 _SYNC: dict[type, Callable[[Any], SyncDriver]] = {}
 _TAKES = (
-    "an asyncpg connection, a psycopg AsyncConnection, or a SQLAlchemy AsyncConnection or "
+    "an asyncpg connection or pool, a psycopg AsyncConnection, or a SQLAlchemy AsyncConnection or "
     "AsyncSession (hookrelay.outbox.sync takes a psycopg Connection, or a SQLAlchemy "
     "Connection or Session)"
 )
 
-
-def family(cls: type) -> str:
-    """Which driver library ``cls`` (or a base of it) comes from, or ''."""
-    for base in cls.__mro__:
-        top = base.__module__.partition(".")[0]
-        if top in ("asyncpg", "psycopg", "sqlalchemy"):
-            return top
-    return ""
+__all__ = ["AsyncDriver", "SyncDriver", "async_driver", "run", "run_sync", "sync_driver"]
 
 
 def async_driver(conn: object) -> AsyncDriver:
@@ -166,15 +113,22 @@ def sync_driver(conn: object) -> SyncDriver:
 def _pick(cls: type, *, sync: bool) -> Callable[[Any], Any]:
     kind = family(cls)
     if kind == "asyncpg" and not sync:
-        return AsyncpgDriver
+        from asyncpg import Pool
+
+        return AsyncpgPoolDriver if issubclass(cls, Pool) else AsyncpgDriver
     if kind == "psycopg":
         from hookrelay.outbox.store.drivers import psycopg as via_psycopg
 
         make = via_psycopg.driver_for(cls, sync=sync)
-    elif kind == "sqlalchemy":
+    elif kind == "sqlalchemy" and sync:
         from hookrelay.outbox.store.drivers import sqlalchemy as via_sqlalchemy
 
-        make = via_sqlalchemy.driver_for(cls, sync=sync)
+        make = via_sqlalchemy.driver_for(cls)
+    elif kind == "sqlalchemy":
+        # Its own module: sqlalchemy.ext.asyncio needs greenlet, which sync callers lack.
+        from hookrelay.outbox.store.drivers import sqlalchemy_async as via_sqlalchemy_async
+
+        make = via_sqlalchemy_async.driver_for(cls)
     else:
         make = None
     if make is None:

@@ -15,7 +15,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository: tests/harness/procs.py
+# `api` and `serve` with several workers: how long after the port first answers until
+# every worker has started (they start together; this is plenty on 2 busy cores).
+WORKERS_UP_S = 2.0
 
 
 def free_port() -> int:
@@ -59,15 +62,19 @@ def service_env(
 
 
 def wait_for_port(
-    port: int, proc: subprocess.Popen[bytes] | None = None, timeout: float = 30.0
+    port: int,
+    proc: subprocess.Popen[bytes] | None = None,
+    timeout: float = 30.0,
+    *,
+    host: str = "127.0.0.1",
 ) -> None:
-    """Return once something accepts on ``port``; fail early if ``proc`` exits first."""
+    """Return once something accepts on ``host:port``; fail early if ``proc`` exits first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"process exited with {proc.returncode} before listening")
         with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
+            if s.connect_ex((host, port)) == 0:
                 return
         time.sleep(0.05)
     raise RuntimeError(f"nothing listening on port {port}")
