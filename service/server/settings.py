@@ -253,7 +253,12 @@ class Settings:
         ),
     ] = Retention.attempts_s
     task_retention_s: Annotated[
-        Seconds, doc("finished tasks older than this are purged (the same way)", gt=0)
+        Seconds,
+        doc(
+            "finished tasks older than this are purged (the same way); a task and its attempt "
+            "log stay while its event waits in the outbox or is an unreplayed dead letter",
+            gt=0,
+        ),
     ] = Retention.tasks_s
     host: Annotated[
         str, doc("where the API listens (also `--host`); `dispatch` listens on it too")

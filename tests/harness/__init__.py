@@ -3,6 +3,7 @@
 - :mod:`.procs`    hookrelay and its helpers as child processes: ports, the environment,
   the command line, so tests and benchmarks start hookrelay the same way
 - :mod:`.waiting`  :func:`~tests.harness.waiting.eventually`, in place of fixed sleeps
+- :mod:`.expired`  finished tasks, events, keys and attempts past retention, to purge
 
 The benchmarks import it (and nothing else of ``tests``); the tests never import
 ``bench``. It imports hookrelay's installed packages at most, never the rest of
