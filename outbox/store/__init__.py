@@ -7,6 +7,7 @@ type error at the call, not a silent wrong write. The statements an executor's
 own transaction runs are offered as steps instead (``*_step``), which the
 drivers run on asyncpg, psycopg 3 or SQLAlchemy. One module per area:
 
+- :mod:`.signals`      every NOTIFY between processes: channel, payload, version
 - :mod:`.changes`      the change log the status streams read
 - :mod:`.tasks`        tasks, their transitions, idempotency keys, the sweeper's claim
 - :mod:`.events`       outbox rows, NOTIFY, requeueing an event, the attempt log
@@ -32,6 +33,7 @@ from hookrelay.outbox.store import (
     metrics,
     retention,
     schema,
+    signals,
     tasks,
     tenants,
 )
@@ -52,6 +54,7 @@ __all__ = [
     "metrics",
     "retention",
     "schema",
+    "signals",
     "tasks",
     "tenants",
 ]

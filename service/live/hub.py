@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from hookrelay.outbox.store import CHANGES_CHANNEL, TASKS_CHANNEL, changes
+from hookrelay.outbox.store import CHANGES_CHANNEL, TASKS_CHANNEL, changes, signals
 from hookrelay.outbox.store.listener import Listener
 from hookrelay.service.api.errors import ApiError, ServiceUnavailable
 from hookrelay.service.live.changes import Change, Reset
@@ -237,7 +237,7 @@ class StreamHub:
             self._schedule(tenant)
 
     def _notified(self, payload: str) -> None:
-        changed = changes.parse_changed(payload)
+        changed = signals.parse_changes(payload)
         if changed is None:  # not ours to parse: look at every tenant
             for tenant in self._tenants.values():
                 self._schedule(tenant)

@@ -15,7 +15,7 @@ import contextlib
 from collections import defaultdict
 from collections.abc import Iterator
 
-from hookrelay.outbox.store import CHANGES_CHANNEL, TASKS_CHANNEL, changes
+from hookrelay.outbox.store import CHANGES_CHANNEL, TASKS_CHANNEL, signals
 from hookrelay.outbox.store.listener import Listener
 
 
@@ -80,7 +80,7 @@ class TaskWatcher:
             event.set()
 
     def _changed(self, payload: str) -> None:
-        changed = changes.parse_changed(payload)
+        changed = signals.parse_changes(payload)
         if changed is None:
             self._wake_all()
             return
