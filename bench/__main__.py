@@ -4,8 +4,8 @@ A benchmark is any module of this package whose name does not start with ``_`` a
 that defines ``main()`` (a coroutine function or a plain one) parsing its own options
 from ``sys.argv``. A new file needs no registration. Modules starting with ``_`` are
 helper processes (the receiver, the load generator); ``common`` and ``procs`` have no
-``main``. Figures are printed; ``--record`` also writes them into BENCHMARKS.md (or
-RELIABILITY.md), with the command that produced them.
+``main``. Figures are printed; ``--record`` also writes them into docs/operations/benchmarks.md
+(or reliability.md), with the command that produced them.
 """
 
 from __future__ import annotations

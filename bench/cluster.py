@@ -8,7 +8,8 @@ Scenarios: ``scale`` (drain over 1, 2, 3 hosts), ``lost`` (SIGKILL of a host mid
 ``partition`` (a host cut from PostgreSQL past its leases), ``failover`` (primary
 SIGKILLed, synchronous standby promoted), ``vanish`` (the same with the primary's link
 down first, as when its machine is gone) and ``async`` (SIGKILL, asynchronous standby).
-The scale table goes to BENCHMARKS.md, the rest to RELIABILITY.md (with ``--record``).
+The scale table goes to docs/operations/benchmarks.md, the rest to reliability.md beside it
+(with ``--record``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 
 from bench import clusterruns as runs
 from bench.clusterhosts import cluster
-from bench.common import RELIABILITY_HEADER, record
+from bench.common import RELIABILITY, RELIABILITY_HEADER, record
 from bench.netns import unavailable
 
 SCENARIOS = ("scale", "lost", "partition", "failover", "vanish", "async")
@@ -56,7 +57,7 @@ def scale_table(results: list[runs.ScaleRun]) -> str:
         "dispatchers' start to the empty outbox. All hosts share this machine's 2 cores "
         f"with PostgreSQL and the receiver, so the rate is the machine's: at {pg:,.0f} ms "
         f"per 1,000 deliveries one PostgreSQL core would feed about {1_000_000 / pg:,.0f} "
-        "deliveries/s (a projection; docs/scaling.md).",
+        "deliveries/s (a projection; docs/operations/scaling.md).",
         "",
     ]
     return "\n".join(lines)
@@ -150,6 +151,6 @@ async def main() -> None:
             "cluster: hosts lost, cut off, failed over",
             f"{command} --only {','.join(s for s in SCENARIOS if s in only and s != 'scale')}",
             table,
-            file="RELIABILITY.md",
+            file=RELIABILITY,
             header=RELIABILITY_HEADER,
         )

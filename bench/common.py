@@ -1,4 +1,5 @@
-"""Shared benchmark plumbing: a database, a receiver process, percentiles, BENCHMARKS.md."""
+"""Shared benchmark plumbing: a database, a receiver process, percentiles, and the pages
+of recorded figures (docs/operations/benchmarks.md, docs/operations/reliability.md)."""
 
 from __future__ import annotations
 
@@ -188,6 +189,11 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+# Where ``--record`` writes: pages of the docs site (docs/), rewritten section by section
+# between their ``<!-- section -->`` markers; ``python -m bench quick`` reads BENCHMARKS.
+BENCHMARKS = "docs/operations/benchmarks.md"
+RELIABILITY = "docs/operations/reliability.md"
+
 HEADER = (
     "# Benchmarks\n\nEvery figure is from one run on a 2-core machine; ratios are against "
     "a limit measured in the same run.\n"
@@ -200,9 +206,9 @@ RELIABILITY_HEADER = (
 
 
 def record(
-    section: str, command: str, table: str, *, file: str = "BENCHMARKS.md", header: str = HEADER
+    section: str, command: str, table: str, *, file: str = BENCHMARKS, header: str = HEADER
 ) -> None:
-    """Replace ``section`` in ``file`` (BENCHMARKS.md) with the command and its table.
+    """Replace ``section`` in ``file`` (the benchmarks page) with the command and its table.
 
     Only under ``python -m bench ... --record``: a run to try something out leaves the
     recorded figures alone.

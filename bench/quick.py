@@ -9,7 +9,7 @@ in the same run, so a busy machine moves both:
 - one dispatcher's drain of one host ÷ a bare aiohttp client, and the bare client's
   CPU per POST ÷ the dispatcher's CPU per delivery (bench sched).
 
-Each ratio is compared with the one recorded in BENCHMARKS.md (section "quick");
+Each ratio is compared with the one recorded in docs/operations/benchmarks.md ("quick");
 the run exits 1 when any falls more than 25 % below it. ``--record`` writes this
 run's ratios there as the new reference. Run it before resolving anything that
 touches SQL, migrations, triggers, routes or the dispatcher (CONTRIBUTING.md).
@@ -25,7 +25,7 @@ import re
 import sys
 
 from bench import common
-from bench.common import ReceiverProcess, fresh_database, record, server_dsn
+from bench.common import BENCHMARKS, ReceiverProcess, fresh_database, record, server_dsn
 from bench.e2e import bare_client_limit, fill
 from bench.procs import ROOT, master_key, service_env
 from bench.receipt import bare, through_hookrelay
@@ -83,7 +83,7 @@ PER_HOST = DispatcherConfig.per_host_concurrency
 
 def recorded() -> dict[str, float]:
     """The ratios of the last ``--record``, by key (empty if none yet)."""
-    path = ROOT / "BENCHMARKS.md"
+    path = ROOT / BENCHMARKS
     text = path.read_text() if path.exists() else ""
     marker = f"<!-- {SECTION} -->"
     if marker not in text:

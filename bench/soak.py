@@ -4,7 +4,7 @@ A producer commits completions in batches (the real ``complete_task`` path) whil
 dispatchers run: one steady, one killed with SIGKILL every few seconds and restarted.
 The receiver answers 500 to 30 % of requests at random and hangs on some past the
 HTTP timeout. At the end: delivered, dead-lettered, lost (must be 0), duplicates,
-the highest attempt number and the outbox's final size, into RELIABILITY.md.
+the highest attempt number and the outbox's final size, into docs/operations/reliability.md.
 
     python -m bench soak [--events 100000] [--fail-rate 0.3] [--kill-every 4]
 """
@@ -21,6 +21,7 @@ import time
 import asyncpg
 
 from bench.common import (
+    RELIABILITY,
     RELIABILITY_HEADER,
     ReceiverProcess,
     fresh_database,
@@ -168,7 +169,7 @@ async def main() -> None:
         f"python -m bench soak --events {args.events} --fail-rate {args.fail_rate} "
         f"--kill-every {args.kill_every:g}",
         table,
-        file="RELIABILITY.md",
+        file=RELIABILITY,
         header=RELIABILITY_HEADER,
     )
     if lost or outbox_left or twice or duplicates > leased_at_kills:

@@ -19,6 +19,7 @@ import asyncpg
 
 from bench.backlog import SIZES, claim_latency, fill, mb
 from bench.common import (
+    RELIABILITY,
     RELIABILITY_HEADER,
     ReceiverProcess,
     drain,
@@ -92,6 +93,6 @@ async def main() -> None:
         "vacuum blocked by an idle transaction",
         f"python -m bench vacuum --rows {args.rows}",
         table,
-        file="RELIABILITY.md",
+        file=RELIABILITY,
         header=RELIABILITY_HEADER,
     )

@@ -129,7 +129,9 @@ class PlainHttpRefused(InvalidCallbackUrl):
 class BlockedDestination(OutboxError):
     """A callback URL resolves to an address the SSRF guard refuses.
 
-    ``allow`` is the narrowest CIDR that, listed as allowed, would let it through.
+    ``allow`` is the narrowest CIDR that, listed as allowed, would let it through (for
+    the operator's log; never told to the tenant); None for a cloud metadata address,
+    which no refusal suggests exempting.
     """
 
     def __init__(self, reason: str, allow: str | None = None) -> None:

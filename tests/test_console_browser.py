@@ -3,8 +3,8 @@
 attempt timeline, previews and runs a bulk replay with a reason, sees the events
 delivered, and closes a circuit; no request ever leaves for another origin.
 
-Screenshots of each page go to ``$HOOKRELAY_OPS_SCREENSHOTS`` (``docs`` refreshes
-the README's pictures) or to the test's temporary directory.
+Screenshots of each page go to ``$HOOKRELAY_OPS_SCREENSHOTS`` (``docs`` refreshes the
+pictures of docs/operations/console.md) or to the test's temporary directory.
 """
 
 from __future__ import annotations

@@ -1,6 +1,10 @@
 """The executor's functions on every driver: asyncpg, psycopg 3 (async and sync),
 SQLAlchemy 2 connections and sessions (async on asyncpg and psycopg, sync on psycopg).
 
+Each connection is made the plain way, with no set-up call of hookrelay's (a bare
+``asyncpg.connect()``, a connection of an ``asyncpg.create_pool()`` with no ``init``,
+engines from their URL alone); hookrelay's own pool is one kind more.
+
 One body per property, run on each kind: the change commits with the caller's own
 write or not at all, two racing completions have one winner, the commit's NOTIFY
 wakes a real dispatcher, and a rolled-back progress report leaves nothing.
@@ -28,6 +32,8 @@ from hookrelay.outbox.errors import (
     TaskNotFound,
 )
 from hookrelay.outbox.store.drivers import async_driver
+from hookrelay.outbox.store.tasks import JSON_COLUMNS
+from hookrelay.outbox.tasks.state_changes import event_body
 from hookrelay.outbox.tasks.submit import NewTask, create_task
 from hookrelay.outbox.tenants import create_tenant
 from tests.executors import BORROWED, KINDS, executors
@@ -96,10 +102,77 @@ async def test_completes_with_the_callers_write_or_not_at_all(
     assert await pool.fetchval(logged, task_id) == [1, 2]
     async with pool.acquire() as conn:
         stored = await hookrelay.outbox.store.tasks.get_task(conn, task_id=task_id)
-    assert stored == done  # the same Task asyncpg reads: values and time zone alike
-    body = json.loads(await pool.fetchval("SELECT body FROM events WHERE task_id = $1", task_id))
+    assert stored is not None and stored == done  # the Task asyncpg reads: values, time zone
+    raw = await pool.fetchval("SELECT body FROM events WHERE task_id = $1", task_id)
+    assert raw == event_body(stored)  # the bytes hookrelay's own path would have fixed
+    body = json.loads(raw)
     assert body["data"] == done.to_event_data()
     assert body["timestamp"].endswith("Z") and body["data"]["completedAt"] == body["timestamp"]
+
+
+# JSON of every shape, as an executor's result and error: each stored and read back
+# as hookrelay's own pool (jsonb codecs json.dumps/json.loads) stores and reads it.
+RESULT = {
+    "text": 'é \u2028 "quoted" \\ \t',
+    "numbers": [0, -1, 1.5, 1e-07, 2**70],
+    "nested": {"b": [True, False, None], "a": {}},
+    "zz": [],
+}
+
+
+@kinds
+@pytest.mark.parametrize(
+    ("result", "error"),
+    [(RESULT, "a JSON string"), ([1, "two"], {"code": "x"}), (0, False)],
+    ids=["object", "array", "scalars"],
+)
+async def test_json_of_every_shape_is_written_and_read_alike(
+    kind: str, result: Any, error: Any, pool, runtime, dsn
+) -> None:
+    task_id = await new_task(pool, runtime)
+    async with executors(kind, dsn) as make:
+        ex = await make()
+        await ex.begin()
+        done = await ex.call("complete_task", task_id, "failed", result=result, error=error)
+        await ex.commit()
+    assert (done.result, done.error) == (result, error)
+    async with pool.acquire() as conn:  # hookrelay's pool: its own codecs
+        row = await conn.fetchrow("SELECT result, error FROM tasks WHERE id = $1", task_id)
+        stored = await hookrelay.outbox.store.tasks.get_task(conn, task_id=task_id)
+    assert (row["result"], row["error"]) == (result, error)
+    assert stored is not None and stored == done
+    raw = await pool.fetchval("SELECT body FROM events WHERE task_id = $1", task_id)
+    assert raw == event_body(stored)
+
+
+async def test_every_jsonb_column_of_a_task_is_read_as_text(pool) -> None:
+    """``_task_as_text`` casts each, so no driver's codec (or lack of one) decides."""
+    jsonb = await pool.fetch(
+        "SELECT column_name FROM information_schema.columns"
+        " WHERE table_name = 'tasks' AND data_type = 'jsonb'"
+    )
+    assert {r["column_name"] for r in jsonb} == set(JSON_COLUMNS)
+    step = hookrelay.outbox.store.tasks.get_step(task_id="task_x")
+    assert all(f"{name}::text AS {name}" in step.sql for name in JSON_COLUMNS)
+
+
+async def test_an_asyncpg_pool_made_with_no_init(pool, runtime, dsn) -> None:
+    """Given the pool itself, each call takes one of its connections, in a transaction
+    of its own."""
+    task_id = await new_task(pool, runtime)
+    theirs = await asyncpg.create_pool(dsn, min_size=1, max_size=2)
+    try:
+        assert (await outbox.start_task(theirs, task_id)).status == "running"
+        seen = await outbox.report_progress(theirs, task_id, 30, "a third")
+        assert seen.progress["message"] == "a third"
+        done = await outbox.complete_task(theirs, task_id, "succeeded", result={"url": "u"})
+        assert done.result == {"url": "u"}
+        with pytest.raises(InvalidTransition):
+            await outbox.cancel_task(theirs, task_id)
+    finally:
+        await theirs.close()
+    assert await counts(pool, task_id) == (0, 1, 1)
+    assert await pool.fetchval("SELECT result FROM tasks WHERE id = $1", task_id) == {"url": "u"}
 
 
 @kinds

@@ -19,7 +19,7 @@ from hookrelay.outbox.keys.ed25519 import (
 )
 from hookrelay.outbox.keys.signing import Signer, verify
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "signatures-v1a.md"
+DOC = Path(__file__).resolve().parent.parent / "docs" / "guides" / "signatures-v1a.md"
 
 # RFC 8032 section 7.1, TEST 1: the key pair and the signature of the empty message.
 RFC_SEED = "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60"
@@ -29,7 +29,7 @@ RFC_EMPTY_SIG = (
     "39701cf9b46bd25bf5f0595bbe24655141438e7a100b"
 )
 # The Standard Webhooks reference message and v1 secret (the reference libraries'
-# own test vector), signed here with the RFC key: docs/signatures-v1a.md.
+# own test vector), signed here with the RFC key: docs/guides/signatures-v1a.md.
 MSG_ID, TS, BODY = "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, b'{"test": 2432232314}'
 V1_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 V1_SIG = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="

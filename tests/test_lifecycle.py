@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -16,10 +17,12 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import asyncpg
 import httpx
 import pytest
 from aiohttp import web
 
+from hookrelay import outbox
 from hookrelay.service.server.embedded_recovery import servers_for
 from tests.receiver import Receiver
 from tests.support import ADMIN_TOKEN, ROOT, bearer, free_port
@@ -111,6 +114,7 @@ async def test_signal_stops_serve_and_its_embedded_server(home: Path, sig: int) 
         assert (await c.get("/readyz")).status_code == 200
     assert f"data directory:  {data}\n" in banner
     assert "admin token:     HOOKRELAY_ADMIN_TOKEN" in banner
+    await an_executor_connects_as_the_banner_says(banner, port)
     pgdata = data / "pg"
     assert servers_for(pgdata), "the embedded server should be running"
     code, err = await stop(proc, sig)
@@ -120,6 +124,30 @@ async def test_signal_stops_serve_and_its_embedded_server(home: Path, sig: int) 
     # initdb's chatter went to the log file, not to the terminal.
     assert "initdb" not in err and "Running commandline" not in err
     assert "initdb" in (data / "embedded-postgres.log").read_text()
+
+
+async def an_executor_connects_as_the_banner_says(banner: str, port: int) -> None:
+    """The banner's database url, given to a plain ``asyncpg.connect()`` as printed, is
+    the service's database: an executor completes a task there (no password needed)."""
+    (url,) = re.findall(r"^database url:    (\S+)$", banner, flags=re.M)
+    assert url.startswith("postgresql://postgres@/postgres?host=/"), url
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as c:
+        r = await c.post("/v1/admin/tenants", json={"name": "acme"}, headers=ADMIN)
+        key = r.json()["apiKey"]
+        r = await c.post(
+            "/v1/tasks",
+            json={"type": "t", "callbackUrl": "http://127.0.0.1:9/h"},
+            headers=bearer(key),
+        )
+        task = r.json()["id"]
+        conn = await asyncpg.connect(url)
+        try:
+            async with conn.transaction():
+                await outbox.complete_task(conn, task, "succeeded", result={"ok": True})
+        finally:
+            await conn.close()
+        r = await c.get(f"/v1/tasks/{task}", headers=bearer(key))
+    assert (r.json()["status"], r.json()["result"]) == ("succeeded", {"ok": True})
 
 
 async def test_sigkill_then_restart_recovers_and_loses_nothing(home: Path) -> None:

@@ -1,4 +1,5 @@
-"""Every receiver snippet in docs/receiving.md, run against webhooks signed by hookrelay's signer.
+"""Every receiver snippet in docs/guides/receivers.md, run against webhooks signed by
+hookrelay's signer.
 
 Node and Go snippets need their toolchains: missing ones skip the test on a developer's
 machine, but fail it in CI (``CI`` set), where ``.ci/run`` installs them.
@@ -23,7 +24,7 @@ from tests.support import ROOT, free_port, wait_for_port
 
 pytestmark = pytest.mark.anyio
 
-DOC = ROOT / "docs" / "receiving.md"
+DOC = ROOT / "docs" / "guides" / "receivers.md"
 # snippet name -> (file name, build command or None, run command, toolchain)
 RUNNERS = {
     "python-standardwebhooks": ("receiver.py", None, [sys.executable, "receiver.py"], None),
@@ -36,7 +37,7 @@ RUNNERS = {
 
 def snippet(name: str) -> str:
     found = re.search(rf"<!-- snippet:{name} -->\n```\w+\n(.*?)```", DOC.read_text(), re.S)
-    assert found, f"docs/receiving.md has no {name} snippet"
+    assert found, f"docs/guides/receivers.md has no {name} snippet"
     return found.group(1)
 
 

@@ -117,7 +117,27 @@ def test_unparseable_address_is_blocked() -> None:
 def test_allowlist_exempts_only_its_range() -> None:
     policy = AddressPolicy.from_settings("127.0.0.0/8", allow_http=False)
     assert policy.ip_block_reason("127.0.0.1") is None
-    assert policy.ip_block_reason("10.0.0.1") == "address 10.0.0.1 is in blocked range 10.0.0.0/8"
+    assert policy.ip_block_reason("10.0.0.1") == (
+        "address 10.0.0.1 is in blocked range 10.0.0.0/8 (private)"
+    )
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["169.254.169.254", "::ffff:169.254.169.254", "fd00:ec2::254", "169.254.170.2",
+     "100.100.100.200", "64:ff9b::a9fe:a9fe"],
+)  # fmt: skip
+def test_a_metadata_address_is_never_offered_for_exemption(address: str) -> None:
+    blocked = AddressPolicy().ip_block(address)
+    assert blocked is not None and blocked.allow is None
+
+
+def test_its_neighbours_are_offered_alone() -> None:
+    blocked = AddressPolicy().ip_block("169.254.169.253")
+    assert blocked is not None and blocked.allow == "169.254.169.253/32"
+    assert (
+        blocked.reason == "address 169.254.169.253 is in blocked range 169.254.0.0/16 (link-local)"
+    )
 
 
 def test_wrapped_address_needs_ipv4_or_raw_allowance() -> None:

@@ -36,22 +36,52 @@ if TYPE_CHECKING:
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
-BLOCKED_NETWORKS: tuple[IPNetwork, ...] = tuple(
-    ipaddress.ip_network(cidr)
-    for cidr in (
-        "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
-        "172.16.0.0/12", "192.0.0.0/24", "192.0.2.0/24", "192.88.99.0/24", "192.168.0.0/16",
-        "198.18.0.0/15", "198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4",
-        "::/128", "::1/128", "fe80::/10", "fc00::/7", "fec0::/10", "ff00::/8", "2001:db8::/32",
-    )
-)  # fmt: skip
+# The blocked ranges, each with what it is: refusals name the rule that refused.
+RANGE_KINDS: dict[IPNetwork, str] = {
+    ipaddress.ip_network("0.0.0.0/8"): "this-network",
+    ipaddress.ip_network("10.0.0.0/8"): "private",
+    ipaddress.ip_network("100.64.0.0/10"): "shared (carrier-grade NAT)",
+    ipaddress.ip_network("127.0.0.0/8"): "loopback",
+    ipaddress.ip_network("169.254.0.0/16"): "link-local",
+    ipaddress.ip_network("172.16.0.0/12"): "private",
+    ipaddress.ip_network("192.0.0.0/24"): "IETF protocol assignment",
+    ipaddress.ip_network("192.0.2.0/24"): "documentation",
+    ipaddress.ip_network("192.88.99.0/24"): "6to4 relay anycast",
+    ipaddress.ip_network("192.168.0.0/16"): "private",
+    ipaddress.ip_network("198.18.0.0/15"): "benchmarking",
+    ipaddress.ip_network("198.51.100.0/24"): "documentation",
+    ipaddress.ip_network("203.0.113.0/24"): "documentation",
+    ipaddress.ip_network("224.0.0.0/4"): "multicast",
+    ipaddress.ip_network("240.0.0.0/4"): "reserved",
+    ipaddress.ip_network("::/128"): "unspecified",
+    ipaddress.ip_network("::1/128"): "loopback",
+    ipaddress.ip_network("fe80::/10"): "link-local",
+    ipaddress.ip_network("fc00::/7"): "unique local (private)",
+    ipaddress.ip_network("fec0::/10"): "site-local",
+    ipaddress.ip_network("ff00::/8"): "multicast",
+    ipaddress.ip_network("2001:db8::/32"): "documentation",
+}
+BLOCKED_NETWORKS: tuple[IPNetwork, ...] = tuple(RANGE_KINDS)
+
+# Cloud instance metadata services (AWS, GCP, Azure, Oracle, DigitalOcean; AWS over
+# IPv6 and its container credentials; Alibaba): a refusal never suggests exempting
+# one of these, whatever the range it sits in.
+METADATA_ADDRESSES: frozenset[IPAddress] = frozenset(
+    ipaddress.ip_address(a)
+    for a in ("169.254.169.254", "fd00:ec2::254", "169.254.170.2", "100.100.100.200")
+)
 
 MAX_URL_LENGTH = 2048
 _LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)")
 
 
-def _single(addr: IPAddress) -> str:
-    return f"{addr}/{addr.max_prefixlen}"
+def _single(addr: IPAddress) -> str | None:
+    """The narrowest CIDR that would let ``addr`` through; None for a metadata address."""
+    return None if addr in METADATA_ADDRESSES else f"{addr}/{addr.max_prefixlen}"
+
+
+def _range(net: IPNetwork) -> str:
+    return f"blocked range {net} ({RANGE_KINDS[net]})"
 
 
 def _blocked_network(addr: IPAddress) -> IPNetwork | None:
@@ -117,7 +147,7 @@ class AddressPolicy:
             return None
         net = _blocked_network(addr)
         if net is not None:
-            return BlockedDestination(f"address {addr} is in blocked range {net}", _single(addr))
+            return BlockedDestination(f"address {addr} is in {_range(net)}", _single(addr))
         if not isinstance(addr, ipaddress.IPv6Address):
             return None
         prefix = classify(addr)
@@ -132,8 +162,7 @@ class AddressPolicy:
             net = _blocked_network(inner)
             if net is not None and not self._is_allowed(inner):
                 return BlockedDestination(
-                    f"address {addr} embeds {inner}, which is in blocked range {net}",
-                    _single(inner),
+                    f"address {addr} embeds {inner}, which is in {_range(net)}", _single(inner)
                 )
         return None
 

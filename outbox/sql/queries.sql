@@ -162,9 +162,21 @@ WITH task AS ({{_new_task}}),
               SELECT tenant_id, $10, $11, id FROM task)
 SELECT * FROM task;
 
+-- name: _task_as_text
+-- A task row with its jsonb columns as JSON text, for the statements an
+-- executor's transaction runs (on whatever connection it holds): text reads the
+-- same on every driver, with or without JSON codecs (decoded in
+-- hookrelay.outbox.store.tasks). Every column of tasks, by name.
+id, tenant_id, type, status, input::text AS input, result::text AS result,
+error::text AS error, callback_url, metadata::text AS metadata, created_at, updated_at,
+completed_at, timeout_at, version, event_id, delivery_status, delivery_attempts,
+last_attempt_at, last_status_code, last_error, next_attempt_at, delivered_at,
+progress::text AS progress, heartbeat_timeout_s, heartbeat_at, heartbeat_due_at,
+on_timeout::text AS on_timeout
+
 -- name: get_task
 -- $2 NULL means "any tenant" (executor and ops); partners always pass theirs.
-SELECT * FROM tasks WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2);
+SELECT {{_task_as_text}} FROM tasks WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2);
 
 -- name: list_tasks
 -- Keyset pagination on (updated_at, id), served by tasks_tenant_updated.
@@ -186,10 +198,11 @@ SELECT * FROM tasks
 -- The state machine lives in the WHERE clause: the row changes only if its
 -- current status is one of $6, so two racing transitions cannot both win.
 -- A terminal transition ($5 = new event id) also starts the delivery summary.
+-- $3 and $4 are JSON text (cast here, so no connection needs a jsonb codec).
 UPDATE tasks
    SET status = $2,
-       result = COALESCE($3, result),
-       error = COALESCE($4, error),
+       result = COALESCE($3::text::jsonb, result),
+       error = COALESCE($4::text::jsonb, error),
        updated_at = now(),
        completed_at = CASE WHEN $5::text IS NULL THEN completed_at ELSE now() END,
        version = version + 1,
@@ -201,7 +214,7 @@ UPDATE tasks
        heartbeat_due_at = CASE WHEN $2 = 'running' AND heartbeat_timeout_s IS NOT NULL
                                THEN now() + make_interval(secs => heartbeat_timeout_s) END
  WHERE id = $1 AND status = ANY($6::text[]) AND ($7::text IS NULL OR tenant_id = $7)
-RETURNING *;
+RETURNING {{_task_as_text}};
 
 -- name: report_progress
 -- A progress call on a running task: the report, a new version, and the next
@@ -218,7 +231,7 @@ UPDATE tasks
                                THEN now() + make_interval(secs => heartbeat_timeout_s) END
  WHERE id = $1 AND status = 'running' AND ($4::text IS NULL OR tenant_id = $4)
    AND COALESCE((progress ->> 'percent')::float8, 0) <= $2
-RETURNING *;
+RETURNING {{_task_as_text}};
 
 -- name: notify_task
 -- Wakes the watchers of one task at commit (and no dispatcher: nothing to send).

@@ -21,9 +21,9 @@ class Step(NamedTuple):
     """One statement of ``queries.sql`` with its arguments.
 
     ``decode`` turns the one row it returns into a dataclass (None: the
-    statement returns nothing worth reading, and is only executed). ``jsonb``
-    holds the positions of arguments bound to jsonb, for drivers that do not
-    encode Python values as JSON by themselves.
+    statement returns nothing worth reading, and is only executed). Arguments
+    and columns are values every driver binds and reads alike, with no codec
+    of the connection's: JSON goes both ways as text, cast in the SQL.
 
     Immutable like the store's dataclasses, but a tuple: a completion builds three
     on the API's path, and a frozen dataclass takes over twice as long to build.
@@ -32,7 +32,6 @@ class Step(NamedTuple):
     sql: str
     args: tuple[Any, ...]
     decode: Callable[[Row], Any] | None = None
-    jsonb: tuple[int, ...] = ()
 
 
 # Sent the previous step's result: the decoded row, or None (no row, or not read).

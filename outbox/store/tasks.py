@@ -3,11 +3,15 @@
 The statements an executor's transaction runs (lookup, transition, progress and
 its NOTIFY) are also offered as :class:`~.steps.Step` values, for the plans of
 ``hookrelay.outbox.tasks.transitions`` and ``hookrelay.outbox.tasks.progress`` to run on any driver.
+Those steps send and read JSON as text (``_task_as_text`` in ``queries.sql``), so they
+need no JSON codec on the connection: an executor's plain ``asyncpg.connect()``
+works as hookrelay's own pool does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -36,6 +40,26 @@ _CLAIM_SILENT_TASKS = sql("claim_silent_tasks")
 
 def _task(row: asyncpg.Record | None) -> Task | None:
     return Task.from_row(row) if row is not None else None
+
+
+# The jsonb columns of tasks, which ``_task_as_text`` gives as JSON text.
+JSON_COLUMNS = ("input", "result", "error", "metadata", "progress", "on_timeout")
+
+
+def task_from_text(row: Mapping[str, Any]) -> Task:
+    """A task from a ``_task_as_text`` row: its JSON columns decoded here, as hookrelay's
+    pool's codec decodes them (``json.loads``), whatever the connection's driver."""
+    values = {name: row[name] for name in Task.__slots__}
+    for name in JSON_COLUMNS:
+        if values[name] is not None:
+            values[name] = json.loads(values[name])
+    return Task(**values)
+
+
+def json_text(value: Any) -> str | None:
+    """``value`` as the JSON text a jsonb argument of these steps takes, as hookrelay's
+    pool's codec encodes it (``json.dumps``); None stays NULL."""
+    return None if value is None else json.dumps(value)
 
 
 async def insert_task(
@@ -74,14 +98,15 @@ async def insert_task(
 
 def get_step(*, task_id: str, tenant_id: str | None = None) -> Step:
     """The task, or None; ``tenant_id`` None means any tenant (executor and ops)."""
-    return Step(_GET_TASK, (task_id, tenant_id), Task.from_row)
+    return Step(_GET_TASK, (task_id, tenant_id), task_from_text)
 
 
 async def get_task(
     conn: asyncpg.Connection, *, task_id: str, tenant_id: str | None = None
 ) -> Task | None:
     """As :func:`get_step`, on an asyncpg connection."""
-    return _task(await conn.fetchrow(_GET_TASK, task_id, tenant_id))
+    row = await conn.fetchrow(_GET_TASK, task_id, tenant_id)
+    return task_from_text(row) if row is not None else None
 
 
 async def lock_task(
@@ -129,9 +154,11 @@ def transition_step(
     return Step(
         _TRANSITION_TASK,
         # a list: psycopg binds lists, not tuples, as arrays
-        (task_id, status, result, error, event_id, list(allowed_from), tenant_id),
-        Task.from_row,
-        jsonb=(2, 3),
+        (
+            *(task_id, status, json_text(result), json_text(error), event_id),
+            *(list(allowed_from), tenant_id),
+        ),
+        task_from_text,
     )
 
 
@@ -163,7 +190,7 @@ def progress_step(
 ) -> Step:
     """Record progress on a running task: the task, or None if not found, not running
     or backwards."""
-    return Step(_REPORT_PROGRESS, (task_id, percent, message, tenant_id), Task.from_row)
+    return Step(_REPORT_PROGRESS, (task_id, percent, message, tenant_id), task_from_text)
 
 
 def notify_task_step(*, task_id: str) -> Step:

@@ -116,7 +116,7 @@ def require_metrics_reader(request: Request) -> None:
     ok = hmac.compare_digest(token, admin.encode())
     ok |= metrics is not None and hmac.compare_digest(token, metrics.encode())
     if not ok:
-        raise Unauthorized("/metrics needs the admin token or HOOKRELAY_METRICS_TOKEN")
+        raise Unauthorized("/metrics needs the admin token or the metrics token")
 
 
 async def require_admin(request: Request) -> None:

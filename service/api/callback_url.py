@@ -1,7 +1,13 @@
-"""Submit-time check of a callback URL, with refusals that say how to allow what was meant."""
+"""Submit-time check of a callback URL, with refusals that name the rule that refused.
+
+The tenant is told the rule, never a setting that would loosen it (the service's
+settings are the operator's business); the operator's log says which setting would
+have allowed it, except for a cloud metadata address, which is never to be exempted.
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -15,6 +21,8 @@ from hookrelay.outbox.errors import (
 )
 from hookrelay.service.api.errors import Unprocessable
 
+log = logging.getLogger("hookrelay.api")
+
 
 async def check_callback_url(url: Any, policy: AddressPolicy, resolver: Resolver) -> str:
     """Syntax, scheme and every resolved address of a callback URL (422 if refused).
@@ -26,26 +34,24 @@ async def check_callback_url(url: Any, policy: AddressPolicy, resolver: Resolver
         raise Unprocessable(
             "callbackUrl is required and must be a string", code="invalid_callback_url"
         )
-    # Each refusal says which setting would allow it: the usual first stumble is a
-    # receiver on the integrator's own machine.
     try:
         await guard_target(url, policy, resolver)
     except BlockedDestination as exc:
-        hint = (
-            f" (to allow it, e.g. for a receiver on this machine or your network, start hookrelay"
-            f" with HOOKRELAY_ALLOW_PRIVATE_CIDRS={exc.allow}; comma-separated CIDRs)"
-            if exc.allow
-            else ""
-        )
+        # The usual first stumble is a receiver on the operator's own machine: the
+        # log tells them which setting would allow it.
+        if exc.allow:
+            log.info(
+                "callbackUrl refused: %s (HOOKRELAY_ALLOW_PRIVATE_CIDRS=%s would allow it)",
+                exc.reason,
+                exc.allow,
+            )
         raise Unprocessable(
-            f"callbackUrl refused: {exc.reason}{hint}", code="blocked_callback_url"
+            f"callbackUrl refused: {exc.reason}; private and reserved address ranges are refused",
+            code="blocked_callback_url",
         ) from exc
     except PlainHttpRefused as exc:
-        raise Unprocessable(
-            f"callbackUrl is invalid: {exc} (or start hookrelay with HOOKRELAY_ALLOW_HTTP=true,"
-            " e.g. for a local receiver)",
-            code="invalid_callback_url",
-        ) from exc
+        log.info("callbackUrl refused: %s (HOOKRELAY_ALLOW_HTTP=true would allow it)", exc)
+        raise Unprocessable(f"callbackUrl is invalid: {exc}", code="invalid_callback_url") from exc
     except InvalidCallbackUrl as exc:
         raise Unprocessable(f"callbackUrl is invalid: {exc}", code="invalid_callback_url") from exc
     except (LookupFailed, UnicodeError) as exc:
@@ -54,8 +60,7 @@ async def check_callback_url(url: Any, policy: AddressPolicy, resolver: Resolver
         raise Unprocessable(
             f"callbackUrl host {host!r} cannot be resolved ({reason}): hookrelay checks DNS"
             " when the task is submitted (and again before every delivery), so the name must"
-            " resolve from the hookrelay server now; offline, use an IP address such as"
-            " http://127.0.0.1:9000/ (allowed by HOOKRELAY_ALLOW_PRIVATE_CIDRS)",
+            " resolve from the hookrelay server now",
             code="invalid_callback_url",
         ) from exc
     return url

@@ -80,7 +80,7 @@ class Reset:
 
     def to_resource(self) -> dict[str, Any]:
         what = (
-            "are no longer kept (older than HOOKRELAY_STREAM_RETENTION_S)"
+            "are no longer kept (older than the stream retention window)"
             if self.code == "history_expired"
             else "are unknown: that id is beyond this tenant's last change"
         )

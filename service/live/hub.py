@@ -138,7 +138,7 @@ class StreamHub:
                 self._schedule(tenant)
         if len(tenant.subscribers) >= self.per_tenant:
             raise TooManyStreams(
-                f"this tenant has {self.per_tenant} streams open (HOOKRELAY_STREAMS_PER_TENANT)",
+                f"this tenant has {self.per_tenant} streams open on this server, the most it may",
                 headers={"Retry-After": "10"},
             )
         if after is None:

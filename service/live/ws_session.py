@@ -171,8 +171,8 @@ class Session:
         wanted = [t for t in message.task_ids if t not in self.task_ids]
         if len(self.task_ids) + len(wanted) > self.max_subscriptions:
             raise Unprocessable(
-                f"a socket follows at most {self.max_subscriptions} task ids "
-                f"(HOOKRELAY_WS_MAX_SUBSCRIPTIONS); it follows {len(self.task_ids)}",
+                f"a socket follows at most {self.max_subscriptions} task ids; "
+                f"it follows {len(self.task_ids)}",
                 code="too_many_subscriptions",
             )
         # Watch first, read second: a change committed in between is then both in

@@ -7,6 +7,7 @@ until SIGTERM or SIGINT, and always lets go of the embedded server last.
 from __future__ import annotations
 
 import logging
+from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 
@@ -29,11 +30,28 @@ from hookrelay.service.server.settings import Settings
 log = logging.getLogger("hookrelay")
 
 
+def without_password(dsn: str) -> str:
+    """``dsn`` with no password in it (in its user part or its query), to be printed."""
+    parts = urlsplit(dsn)
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    netloc = f"{userinfo.partition(':')[0]}{at}{hosts}"
+    query = "&".join(
+        p for p in parts.query.split("&") if p and not p.lower().startswith("password=")
+    )
+    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
+
+
 def _where(runtime: Runtime) -> list[str]:
     s = runtime.settings
     database = f"embedded PostgreSQL in {s.data_dir / 'pg'}" if runtime.embedded else "DATABASE_URL"
     unused = "" if s.data_dir.is_dir() else " (not created: nothing is kept there)"
-    return [f"database:        {database}", f"data directory:  {s.data_dir}{unused}"]
+    lines = [f"database:        {database}"]
+    if runtime.embedded:
+        # For executors' own connections (hookrelay.outbox.complete_task). The embedded
+        # server takes local connections only (a Unix socket, trust auth): it has no
+        # password to show, and any that a DSN carried would not be printed.
+        lines.append(f"database url:    {without_password(runtime.dsn)}")
+    return [*lines, f"data directory:  {s.data_dir}{unused}"]
 
 
 def _banner(runtime: Runtime, url: str) -> None:

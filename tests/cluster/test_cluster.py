@@ -2,7 +2,8 @@
 
 Short versions of ``python -m bench cluster``'s scenarios, each asserting what it claims in
 counts. They need root and iproute2; without them they skip, except under CI, where
-they fail. The figures of the full runs are in RELIABILITY.md and BENCHMARKS.md.
+they fail. The figures of the full runs are in docs/operations/reliability.md and
+benchmarks.md.
 """
 
 from __future__ import annotations

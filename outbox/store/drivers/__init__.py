@@ -1,11 +1,14 @@
 """Running a plan (``store.steps``) on the caller's connection, whatever its driver.
 
 A driver does two things: open an atomic block on the caller's connection, and
-run one step, giving back the row as asyncpg would (a mapping; jsonb decoded,
-timestamps in UTC). The atomic block is a savepoint if the caller has a
+run one step, giving back the row as asyncpg would (a mapping, timestamps in
+UTC; the steps read JSON as text and decode it themselves, so no connection
+needs a JSON codec). The atomic block is a savepoint if the caller has a
 transaction open, else a transaction of its own, as asyncpg's and psycopg's
 ``transaction()`` do; under SQLAlchemy it is SQLAlchemy's own nested
-transaction (``hookrelay.outbox.store.drivers.sqlalchemy``).
+transaction (``hookrelay.outbox.store.drivers.sqlalchemy``). Given an asyncpg
+pool rather than a connection, the call takes one of its connections, in a
+transaction of its own.
 
 The driver is picked by the connection's type, once per type. psycopg and
 SQLAlchemy are optional extras: their modules are imported only when one of
@@ -16,8 +19,7 @@ service's own calls pay for one lookup and one small object.
 from __future__ import annotations
 
 import contextlib
-import json
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any, Protocol, TypeVar, cast
 
@@ -93,9 +95,10 @@ def run_sync(conn: object, plan: Plan[T]) -> T:
 
 
 class AsyncpgDriver:
-    """An asyncpg connection (or pool proxy). ``borrowed``: it is SQLAlchemy's, whose
-    jsonb codec takes JSON text, and whose loss is reported as :class:`DatabaseUnavailable`
-    (the service's own connections keep asyncpg's errors, which its handlers know)."""
+    """An asyncpg connection (or pool proxy), with or without JSON codecs: the steps
+    send and read JSON as text. ``borrowed``: it is SQLAlchemy's, whose loss is
+    reported as :class:`DatabaseUnavailable` (asyncpg's own connections keep
+    asyncpg's errors, which the service's handlers know)."""
 
     __slots__ = ("borrowed", "conn")
 
@@ -109,30 +112,41 @@ class AsyncpgDriver:
     def fetch(self, step: Step) -> Awaitable[Any]:
         # asyncpg's own awaitable, not a coroutine around it: this is the API's path.
         # What execute() gives back (a status string) is never decoded.
-        args = json_text(step) if self.borrowed else step.args
         if step.decode is None:
-            return cast(Awaitable[Any], self.conn.execute(step.sql, *args))
-        return cast(Awaitable[Any], self.conn.fetchrow(step.sql, *args))
+            return cast(Awaitable[Any], self.conn.execute(step.sql, *step.args))
+        return cast(Awaitable[Any], self.conn.fetchrow(step.sql, *step.args))
 
     def lost(self, exc: Exception) -> bool:
         return self.borrowed and bool(self.conn.is_closed())
 
 
-def json_text(step: Step) -> tuple[Any, ...]:
-    """``step``'s arguments with its jsonb ones as JSON text (NULL stays NULL)."""
-    if not step.jsonb:
-        return step.args
-    args = list(step.args)
-    for i in step.jsonb:
-        if args[i] is not None:
-            args[i] = json.dumps(args[i])
-    return tuple(args)
+class AsyncpgPoolDriver:
+    """An asyncpg pool: one of its connections, for the call, in a transaction of its own."""
+
+    __slots__ = ("inner", "pool")
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        self.inner: AsyncpgDriver | None = None
+
+    @contextlib.asynccontextmanager
+    async def atomic(self) -> AsyncIterator[None]:
+        async with self.pool.acquire() as conn, conn.transaction():
+            self.inner = AsyncpgDriver(conn)
+            yield
+
+    def fetch(self, step: Step) -> Awaitable[Any]:
+        assert self.inner is not None, "fetch runs inside atomic()"
+        return self.inner.fetch(step)
+
+    def lost(self, exc: Exception) -> bool:
+        return False
 
 
 _ASYNC: dict[type, Callable[[Any], AsyncDriver]] = {}
 _SYNC: dict[type, Callable[[Any], SyncDriver]] = {}
 _TAKES = (
-    "an asyncpg connection, a psycopg AsyncConnection, or a SQLAlchemy AsyncConnection or "
+    "an asyncpg connection or pool, a psycopg AsyncConnection, or a SQLAlchemy AsyncConnection or "
     "AsyncSession (hookrelay.outbox.sync takes a psycopg Connection, or a SQLAlchemy "
     "Connection or Session)"
 )
@@ -166,7 +180,9 @@ def sync_driver(conn: object) -> SyncDriver:
 def _pick(cls: type, *, sync: bool) -> Callable[[Any], Any]:
     kind = family(cls)
     if kind == "asyncpg" and not sync:
-        return AsyncpgDriver
+        from asyncpg import Pool
+
+        return AsyncpgPoolDriver if issubclass(cls, Pool) else AsyncpgDriver
     if kind == "psycopg":
         from hookrelay.outbox.store.drivers import psycopg as via_psycopg
 

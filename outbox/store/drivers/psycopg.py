@@ -1,38 +1,26 @@
 """psycopg 3 connections as plan drivers (``hookrelay.outbox.store.drivers``), sync and async.
 
 Raw cursors take PostgreSQL's own ``$n`` placeholders, so ``queries.sql`` runs
-unchanged. What differs from asyncpg is evened out here: jsonb arguments are
-wrapped (psycopg does not know a dict is meant as jsonb), rows come back as
-dicts with timestamps in UTC (psycopg gives the session's time zone; bodies and
-etags are written in UTC), and a lost connection is told apart (for
+unchanged (JSON goes both ways as text, cast in the SQL). What differs from
+asyncpg is evened out here: rows come back as dicts with timestamps in UTC
+(psycopg gives the session's time zone; bodies and etags are written in UTC),
+and a lost connection is told apart (for
 :class:`~hookrelay.outbox.errors.DatabaseUnavailable`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
 
 from hookrelay.outbox.store.steps import Row, Step
 
 _LOST = (psycopg.OperationalError, psycopg.InterfaceError)
-
-
-def bind(step: Step) -> Sequence[Any]:
-    """``step``'s arguments as psycopg binds them (NULL stays NULL, not JSON null)."""
-    if not step.jsonb:
-        return step.args
-    args = list(step.args)
-    for i in step.jsonb:
-        if args[i] is not None:
-            args[i] = Jsonb(args[i])
-    return args
 
 
 def utc_row(row: dict[str, Any] | None) -> Row | None:
@@ -55,7 +43,7 @@ class AsyncPsycopg:
 
     async def fetch(self, step: Step) -> Row | None:
         async with psycopg.AsyncRawCursor(self.conn, row_factory=dict_row) as cur:
-            await cur.execute(step.sql, bind(step))
+            await cur.execute(step.sql, step.args)
             return utc_row(await cur.fetchone()) if step.decode else None
 
     def lost(self, exc: Exception) -> bool:
@@ -73,7 +61,7 @@ class SyncPsycopg:
 
     def fetch(self, step: Step) -> Row | None:
         with psycopg.RawCursor(self.conn, row_factory=dict_row) as cur:
-            cur.execute(step.sql, bind(step))
+            cur.execute(step.sql, step.args)
             return utc_row(cur.fetchone()) if step.decode else None
 
     def lost(self, exc: Exception) -> bool:

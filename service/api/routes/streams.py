@@ -145,8 +145,8 @@ async def _replay(
             return
         expired = {
             "code": "history_expired",
-            "message": f"versions after {after} are no longer kept "
-            "(HOOKRELAY_STREAM_RETENTION_S); the current state follows",
+            "message": f"versions after {after} are no longer kept (past the stream "
+            "retention window); the current state follows",
             "lastEventId": after,
             "resumeAfter": task.version,
         }
