@@ -60,6 +60,7 @@ import aiohttp
 import asyncpg
 
 from bench.common import (
+    RELIABILITY,
     RELIABILITY_HEADER,
     ReceiverProcess,
     fresh_database,
@@ -817,6 +818,6 @@ async def main() -> None:
         f"--phase-s {args.phase_s:g} --sse {args.sse} --long-poll-every "
         f"{args.long_poll_every}{rollback}",
         text,
-        file="RELIABILITY.md",
+        file=RELIABILITY,
         header=RELIABILITY_HEADER,
     )
