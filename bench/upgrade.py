@@ -118,7 +118,11 @@ def previous_release(ref: str = PREVIOUS, cache: Path | None = None) -> Path:
         try:
             _run([sys.executable, "-m", "venv", str(venv)], "python -m venv")
             pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
-            _run([*pip, str(src)], f"pip install of {ref}", cwd=home)
+            # From 0.2.0 on the client is a distribution of its own, which the server's
+            # pins: both from the worktree, never the client from the registry.
+            client = src / "client"
+            parts = [str(client), str(src)] if (client / "pyproject.toml").exists() else [str(src)]
+            _run([*pip, *parts], f"pip install of {ref}", cwd=home)
         finally:
             with contextlib.suppress(BuildError):
                 _run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(src)], "git")
@@ -518,7 +522,7 @@ async def scenario(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="hookrelay-upgrade-"))
     env = service_env(dsn, master_key(), admin_token=ADMIN_TOKEN, data_dir=str(work))
     _run([*old.argv, "migrate"], f"{old.label} migrate", env=old.env(env), cwd=old.cwd)
-    print(f"{old.label}: migrated a new database to {(await applied(dsn))[-1]}")
+    print(f"{old.label} migrated a new database up to {(await applied(dsn))[-1]}")
     rx = ReceiverProcess("--commit-times")
     procs: list[Proc] = []
     phases: list[Phase] = []
@@ -541,7 +545,8 @@ async def scenario(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.sleep(DRAIN_S)
         codes = await asyncio.gather(api.proc.stop(), dispatch.stop())
         for proc, code in zip((api.proc, dispatch), codes, strict=True):
-            exits[f"{proc.release.label} {proc.name}"] = code
+            name = f"{proc.release.label} {proc.name}"
+            exits[name if name not in exits else f"{name} (again)"] = code
 
     # As many connections as a busy client would open (past that, requests queue here);
     # the streams hold theirs for good, on a session of their own.
@@ -576,6 +581,10 @@ async def scenario(args: argparse.Namespace) -> dict[str, Any]:
             begin(f"{old.version} only")
             await asyncio.sleep(args.phase_s)
 
+            # The phase starts as the migration does: old processes meet the new schema
+            # from the moment it commits.
+            begin(f"migrated by {new.version}, {old.version} only")
+            before = await applied(dsn)
             migrate = await asyncio.create_subprocess_exec(
                 *new.argv, "migrate", env=new.env(env), cwd=new.cwd,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
@@ -583,7 +592,8 @@ async def scenario(args: argparse.Namespace) -> dict[str, Any]:
             out, _ = await migrate.communicate()
             if migrate.returncode != 0:
                 raise RuntimeError(f"{new.label} migrate failed: {out.decode()}")
-            begin(f"migrated to {(await applied(dsn))[-1]}, {old.version} only")
+            migrations = [m for m in await applied(dsn) if m not in before]
+            print(f"  {new.label} migrate applied {', '.join(migrations) or 'nothing'}")
             await asyncio.sleep(args.phase_s)
 
             new_env = {**env, "HOOKRELAY_MIGRATE": "off"}
@@ -625,10 +635,18 @@ async def scenario(args: argparse.Namespace) -> dict[str, Any]:
                 if proc.proc.poll() is None:
                     await proc.stop()
             got = rx.stop()
-    cpu = {f"{p.release.version} {p.name}": p.cpu_share for p in procs}
+    cpu: dict[str, float] = {}
+    for proc in procs:  # a rollback starts the previous release a second time
+        name = f"{proc.release.label} {proc.name}"
+        cpu[name if name not in cpu else f"{name} (again)"] = proc.cpu_share
     cpu["this benchmark (clients)"] = (own_cpu_s() - bench_cpu0) / (time.monotonic() - bench_t0)
-    facts = f"{await server_facts(dsn)}, load average {os.getloadavg()[0]:.1f} at the end"
-    return figures(args, old, new, load, phases, events, got, exits, facts, cpu)
+    facts = (
+        f"{await server_facts(dsn)}; every process on one {os.cpu_count()}-core machine, "
+        f"load average {os.getloadavg()[0]:.1f} at the end"
+    )
+    f = figures(args, old, new, load, phases, events, got, exits, facts, cpu)
+    f["migrations"] = migrations
+    return f
 
 
 def figures(
@@ -733,6 +751,8 @@ def figures(
         "exits": exits,
         "cpu": cpu,
         "misses": misses,
+        # Every sighting: (sse | long poll, the release serving it, completedAt, s late).
+        "sightings": late,
     }
 
 
@@ -743,7 +763,7 @@ def table(f: dict[str, Any]) -> str:
         f"From {old} to {new}: {f['rate']:g} tasks/s submitted and completed through the APIs "
         f"round-robin, {f['phase_s']:g} s a phase; {f['sse_per_api']} SSE streams per API "
         f"and a long poll on 1 task in {f['long_poll_every']}, through the other API; "
-        f"{f['facts']}, every process on one 2-core machine.",
+        f"`migrate` applied {', '.join(f['migrations']) or 'nothing'}; {f['facts']}.",
         "",
         f"| answered by | {old} | {new} |",
         "|---|---|---|",
