@@ -832,8 +832,12 @@ async def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps(f, indent=2, default=str))
     rollback = " --rollback" if args.rollback else ""
+    # A run from another release than the previous one gets a section of its own.
+    section = "upgrade: a rolling upgrade under load"
+    if args.from_ref != PREVIOUS:
+        section += f", from {args.from_ref}"
     record(
-        "upgrade: a rolling upgrade under load",
+        section,
         f"python -m bench upgrade --from {args.from_ref} --rate {args.rate:g} "
         f"--phase-s {args.phase_s:g} --sse {args.sse} --long-poll-every "
         f"{args.long_poll_every}{rollback}",
