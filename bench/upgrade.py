@@ -10,8 +10,8 @@ else the embedded one), in the order an operator would:
 1. the previous release migrates a new database; its ``api`` and ``dispatch`` run;
 2. ``hookrelay migrate`` of this release (the one step that needs DDL rights);
 3. this release's ``api`` and ``dispatch`` start, with ``HOOKRELAY_MIGRATE=off``;
-4. the previous API leaves the rotation (as a load balancer drains it) and, a second
-   later, the previous ``api`` and ``dispatch`` get SIGTERM;
+4. the previous API leaves the rotation (as a load balancer drains it) and,
+   ``--drain-s`` later, the previous ``api`` and ``dispatch`` get SIGTERM;
 5. with ``--rollback``: the previous release starts again on the migrated schema,
    and this release's processes leave the same way.
 
@@ -77,7 +77,8 @@ from hookrelay.service.server.release import release
 PREVIOUS = "a62dbb1"
 TARGET_S = 1.0  # no stream or long poll sees a change later than this
 LONG_POLL_WAIT_S = 20
-DRAIN_S = 1.0  # from leaving the rotation to SIGTERM
+LAG_TICK_S = 0.05
+DRAIN_S = 2.0  # from leaving the rotation to SIGTERM (--drain-s)
 TERMINAL = {"succeeded", "failed", "canceled", "timed_out"}
 ADMIN_TOKEN = "bench"
 
@@ -258,6 +259,7 @@ class Load:
         self.long_polls: dict[str, tuple[float, str] | None] = {}  # task -> (seen at, label)
         self.streams: list[Stream] = []
         self.failures: list[str] = []  # the first few failed requests, for the log
+        self.lag: list[tuple[float, float]] = []  # see watch_lag
         self._stop = asyncio.Event()
         self._closing = asyncio.Event()
         self._work: set[asyncio.Task[None]] = set()
@@ -409,6 +411,15 @@ class Load:
     def stop(self) -> None:
         self._stop.set()
 
+    async def watch_lag(self) -> None:
+        """How late this process's own event loop runs (every client here shares it):
+        (epoch s, seconds late) of each tick, to tell a starved benchmark from a late
+        server."""
+        while not self._closing.is_set():
+            before = time.monotonic()
+            await asyncio.sleep(LAG_TICK_S)
+            self.lag.append((time.time(), time.monotonic() - before - LAG_TICK_S))
+
     def caught_up(self) -> bool:
         """Every long poll answered, every stream saw every completion after it opened."""
         if any(seen is None for t, seen in self.long_polls.items() if t in self.completed):
@@ -542,7 +553,7 @@ async def scenario(args: argparse.Namespace) -> dict[str, Any]:
         # have arrived (a balancer's deregistration delay). SIGTERM then answers what is
         # in flight, long polls included, and ends the streams, which resume elsewhere.
         load.rotation.remove(api)
-        await asyncio.sleep(DRAIN_S)
+        await asyncio.sleep(args.drain_s)
         codes = await asyncio.gather(api.proc.stop(), dispatch.stop())
         for proc, code in zip((api.proc, dispatch), codes, strict=True):
             name = f"{proc.release.label} {proc.name}"
@@ -577,6 +588,7 @@ async def scenario(args: argparse.Namespace) -> dict[str, Any]:
             )
             load.rotation.append(old_api)
             load.open_streams(old_api, args.sse)
+            load._spawn(load._clients, load.watch_lag())
             running = asyncio.create_task(load.run())
             begin(f"{old.version} only")
             await asyncio.sleep(args.phase_s)
@@ -674,10 +686,17 @@ def figures(
         by_release[label] = {
             "sent": sum(load_reqs.values()),
             "2xx": sum(n for k, n in load_reqs.items() if k[2].startswith("2")),
-            "other": {
+            # Answers other than 2xx (a long poll's 304 is its wait running out).
+            "non_2xx": {
                 f"{k[1]} {k[2]}": n
                 for k, n in sorted(asked.items())
-                if not k[2].startswith("2") and not (k[1] == "long poll" and k[2] == "304")
+                if k[2][0].isdigit()
+                and not k[2].startswith("2")
+                and not (k[1] == "long poll" and k[2] == "304")
+            },
+            # Requests that got no answer (refused, reset), each tried again elsewhere.
+            "failed": {
+                f"{k[1]} {k[2]}": n for k, n in sorted(asked.items()) if not k[2][0].isdigit()
             },
         }
         for kind, key in (("sse", "sse"), ("long poll", "long_poll")):
@@ -700,9 +719,11 @@ def figures(
                 "max_ms": max(in_phase, default=float("nan")),
                 "sse_worst_s": worst(s for kind, s in stalls if kind == "sse"),
                 "long_poll_worst_s": worst(s for kind, s in stalls if kind == "long poll"),
+                "client_lag_worst_s": worst(s for at, s in load.lag if p.start <= at < p.end),
             }
         )
-    non_2xx = sum(sum(r["other"].values()) for r in by_release.values())
+    non_2xx = sum(sum(r["non_2xx"].values()) for r in by_release.values())
+    failed = sum(sum(r["failed"].values()) for r in by_release.values())
     sse_worst = worst(s for kind, _, _, s in late if kind == "sse")
     lp_worst = worst(s for kind, _, _, s in late if kind == "long poll")
     misses = []
@@ -711,7 +732,9 @@ def figures(
     if duplicates:
         misses.append(f"{duplicates} duplicates")
     if non_2xx:
-        misses.append(f"{non_2xx} non-2xx or failed requests")
+        misses.append(f"{non_2xx} answers other than 2xx")
+    if failed:
+        misses.append(f"{failed} requests unanswered (connection refused or reset)")
     if missed_sse or missed_lp:
         misses.append(
             f"{missed_sse} completions never seen by an SSE client, {missed_lp} by a long poll"
@@ -739,6 +762,7 @@ def figures(
         "lost_sample": lost[:5],
         "duplicates": duplicates,
         "non_2xx": non_2xx,
+        "failed": failed,
         "by_release": by_release,
         "sse_clients": len(load.streams),
         "sse_reconnects": sum(s.reconnects for s in load.streams),
@@ -771,7 +795,14 @@ def table(f: dict[str, Any]) -> str:
         f"| 2xx | {rel[old]['2xx']:,} | {rel[new]['2xx']:,} |",
         "| anything else, by status | "
         + " | ".join(
-            ", ".join(f"{k}: {n}" for k, n in rel[r]["other"].items()) or "none" for r in (old, new)
+            ", ".join(f"{k}: {n}" for k, n in rel[r]["non_2xx"].items()) or "none"
+            for r in (old, new)
+        )
+        + " |",
+        "| no answer (refused, reset), tried again elsewhere | "
+        + " | ".join(
+            ", ".join(f"{k}: {n}" for k, n in rel[r]["failed"].items()) or "none"
+            for r in (old, new)
         )
         + " |",
         "| completion → seen by an SSE client, p99 / max ms | "
@@ -792,14 +823,15 @@ def table(f: dict[str, Any]) -> str:
         f"longest {ms(f['long_poll_worst_s'])} ms.",
         "",
         "| phase | s | receipts | complete→receipt p50 / p99 / max ms | longest SSE, ms "
-        "| longest long poll, ms |",
-        "|---|---|---|---|---|---|",
+        "| longest long poll, ms | clients' own loop, worst lag ms |",
+        "|---|---|---|---|---|---|---|",
     ]
     for p in f["phases"]:
         lines.append(
             f"| {p['phase']} | {p['seconds']:.0f} | {p['receipts']:,} | "
             f"{p['p50_ms']:.1f} / {p['p99_ms']:.1f} / {p['max_ms']:.1f} | "
-            f"{ms(p['sse_worst_s'])} | {ms(p['long_poll_worst_s'])} |"
+            f"{ms(p['sse_worst_s'])} | {ms(p['long_poll_worst_s'])} | "
+            f"{ms(p['client_lag_worst_s'])} |"
         )
     shares = ", ".join(f"{name} {share:.0%}" for name, share in f["cpu"].items())
     exits = ", ".join(f"{name} {code}" for name, code in f["exits"].items())
@@ -823,6 +855,7 @@ async def main() -> None:
     p.add_argument("--sse", type=int, default=2, help="SSE streams per API")
     p.add_argument("--long-poll-every", type=int, default=2)
     p.add_argument("--rollback", action="store_true")
+    p.add_argument("--drain-s", type=float, default=DRAIN_S, help="from leaving to SIGTERM")
     p.add_argument("--cache", default=None, help="where the previous release's venv is kept")
     p.add_argument("--json", default=None, help="also write the figures here")
     args = p.parse_args()
@@ -839,8 +872,8 @@ async def main() -> None:
     record(
         section,
         f"python -m bench upgrade --from {args.from_ref} --rate {args.rate:g} "
-        f"--phase-s {args.phase_s:g} --sse {args.sse} --long-poll-every "
-        f"{args.long_poll_every}{rollback}",
+        f"--phase-s {args.phase_s:g} --hold-s {args.hold_s:g} --sse {args.sse} "
+        f"--long-poll-every {args.long_poll_every} --drain-s {args.drain_s:g}{rollback}",
         text,
         file=RELIABILITY,
         header=RELIABILITY_HEADER,
