@@ -78,6 +78,7 @@ PREVIOUS = "a62dbb1"
 TARGET_S = 1.0  # no stream or long poll sees a change later than this
 LONG_POLL_WAIT_S = 20
 LAG_TICK_S = 0.05
+KEEPALIVE_S = 2.0  # the clients' idle keep-alive, under the server's 5 s
 DRAIN_S = 2.0  # from leaving the rotation to SIGTERM (--drain-s)
 TERMINAL = {"succeeded", "failed", "canceled", "timed_out"}
 ADMIN_TOKEN = "bench"
@@ -560,12 +561,15 @@ async def scenario(args: argparse.Namespace) -> dict[str, Any]:
             exits[name if name not in exits else f"{name} (again)"] = code
 
     # As many connections as a busy client would open (past that, requests queue here);
-    # the streams hold theirs for good, on a session of their own.
-    connector = aiohttp.TCPConnector(limit=500)
+    # streams and long polls hold theirs for long, on a session of their own. An idle
+    # connection is dropped before the server's keep-alive (5 s) would close it under a
+    # request just sent, as a well-behaved client does.
+    connector = aiohttp.TCPConnector(limit=500, keepalive_timeout=KEEPALIVE_S)
+    long_held = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
     timeout = aiohttp.ClientTimeout(total=LONG_POLL_WAIT_S + 30)
     async with (
         aiohttp.ClientSession(connector=connector, timeout=timeout) as http,
-        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as streams,
+        aiohttp.ClientSession(connector=long_held) as streams,
     ):
         try:
             old_api, old_dispatch = await start_pair(old, env, work)
