@@ -101,6 +101,8 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
     created_at    timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (tenant_id, key)
 );
+-- A purged task's key goes with it (ON DELETE CASCADE): found by task (0015).
+CREATE INDEX IF NOT EXISTS idempotency_keys_task ON idempotency_keys (task_id);
 
 -- Every event, written once when it is committed and never changed (0010).
 -- body is the exact bytes that are signed and sent, fixed at commit so every
@@ -139,7 +141,11 @@ CREATE TABLE IF NOT EXISTS outbox (
     lease_token      uuid,
     lease_owner      text,
     last_error       text,
-    last_status_code integer
+    last_status_code integer,
+    -- Leases in a row that ran out with no outcome written (0016): a claim taking
+    -- over a row still under a token adds one, a recorded outcome resets it; at the
+    -- dispatcher's limit the event is dead-lettered rather than sent again.
+    lost_leases      integer NOT NULL DEFAULT 0
 );
 -- A row is due when its schedule has come and any lease on it has run out.
 -- Lanes (0006): a lane is one tenant's events to one host. This index keeps
@@ -393,3 +399,22 @@ BEGIN
     END IF;
 END
 $$;
+
+-- A deleted tenant takes its undelivered work with it (0017): its tasks, keys and
+-- secrets go by ON DELETE CASCADE; the tables without a foreign key to tenants (one
+-- would cost every event a lookup and a lock on its tenant's row) by this trigger,
+-- at deletion only. An event in flight then has no row for its outcome (the lease
+-- fence refuses it) and is never sent again. Its attempt log goes by retention.
+CREATE OR REPLACE FUNCTION forget_tenant() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM outbox WHERE tenant_id = OLD.id;
+    DELETE FROM dead_letters WHERE tenant_id = OLD.id;
+    DELETE FROM events WHERE tenant_id = OLD.id;
+    DELETE FROM task_changes WHERE tenant_id = OLD.id;
+    RETURN NULL;
+END
+$$;
+DROP TRIGGER IF EXISTS tenants_forgotten ON tenants;
+CREATE TRIGGER tenants_forgotten AFTER DELETE ON tenants
+    FOR EACH ROW EXECUTE FUNCTION forget_tenant();

@@ -3,8 +3,8 @@
 A benchmark is any module of this package whose name does not start with ``_`` and
 that defines ``main()`` (a coroutine function or a plain one) parsing its own options
 from ``sys.argv``. A new file needs no registration. Modules starting with ``_`` are
-helper processes (the receiver, the load generator); ``common`` and ``procs`` have no
-``main``. Figures are printed; ``--record`` also writes them into docs/operations/benchmarks.md
+helper processes (the receiver, the load generator); ``common`` has no ``main``.
+Figures are printed; ``--record`` also writes them into docs/operations/benchmarks.md
 (or reliability.md), with the command that produced them.
 """
 
@@ -19,8 +19,8 @@ from collections.abc import Callable
 from typing import Any
 
 from bench import common
-from bench.procs import ROOT
 from hookrelay.service.server.event_loop import run as run_loop
+from tests.harness.procs import ROOT
 
 # The order of ``all``: the quick ones first, the soak last. Others follow by name.
 ORDER = ("e2e", "latency", "api", "scale", "backlog", "vacuum", "upgrade", "soak")

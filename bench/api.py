@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from bench.common import fresh_database, record, server_dsn
-from bench.procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
+from tests.harness.procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
 
 SUBMIT = {"type": "bench", "callbackUrl": "http://127.0.0.1:9/hook", "input": {"n": 1}}
 

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from bench.common import fresh_database, server_dsn
-from bench.procs import ROOT, free_port, wait_for_port
+from tests.harness.procs import ROOT, free_port, wait_for_port
 
 HEADER_MB = 128
 SLOW_CLIENTS = 1050
@@ -33,8 +33,8 @@ FD_LIMIT = 1024
 def serve(mode: str, port: int, dsn: str) -> None:  # pragma: no cover - child process
     import uvicorn
 
-    from hookrelay.service.api.app import create_app
     from hookrelay.service.server import event_loop as serving
+    from hookrelay.service.server.app import create_app
     from hookrelay.service.server.prerequisites import prepare
     from hookrelay.service.server.settings import Settings
 

@@ -28,13 +28,13 @@ from bench.common import (
     server_dsn,
     server_facts,
 )
-from bench.procs import master_key, service_env
 from hookrelay.outbox import complete_task
 from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.store import changes, delivery
 from hookrelay.outbox.store.pool import create_pool
 from hookrelay.outbox.tasks.submit import NewTask, create_task
 from hookrelay.outbox.tenants import create_tenant
+from tests.harness.procs import master_key, service_env
 
 # Rows are made in SQL, but shaped exactly like the ones complete_task writes:
 # a succeeded task carrying its event id, and the event's real body.

@@ -28,12 +28,12 @@ import asyncpg
 import httpx
 
 from bench.backlog import fill
-from bench.common import eventually
 from bench.netns import Host, Network
 from bench.pgnodes import PORT, PgNode, cpu_seconds
-from bench.procs import ROOT, hookrelay, master_key, service_env
 from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.store.pool import apply_schema
+from tests.harness.procs import ROOT, hookrelay, master_key, service_env
+from tests.harness.waiting import eventually
 
 RX_PORT = 9000
 API_PORT = 8000

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import inspect
 import json
 import os
 import subprocess
@@ -13,15 +12,14 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from bench.procs import ROOT, free_port, hookrelay, peak_rss_mb, wait_for_port
 from hookrelay.outbox.store.pool import apply_schema
+from tests.harness.procs import ROOT, free_port, hookrelay, peak_rss_mb, wait_for_port
 
 # Set by ``python -m bench --record``: only then does record() rewrite the Markdown files.
 RECORDING = False
@@ -158,28 +156,6 @@ async def drain(dsn: str, env: dict[str, str], n: int) -> tuple[float, float]:
         proc.terminate()
         proc.wait(30)
         await conn.close()
-
-
-async def eventually(
-    predicate: Callable[[], Any], timeout: float = 10.0, *, what: str = "", every: float = 0.02
-) -> Any:
-    """Call ``predicate`` (sync or async) until it returns something truthy; return that.
-
-    In place of fixed sleeps: the test (or benchmark) goes on as soon as the condition
-    holds, and a loaded machine gets the whole ``timeout`` before it fails. ``every`` is the
-    pause between calls, longer for a predicate that is itself costly.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if inspect.isawaitable(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            name = what or getattr(predicate, "__qualname__", repr(predicate))
-            raise AssertionError(f"not true after {timeout:g} s: {name} (last: {value!r})")
-        await asyncio.sleep(every)
 
 
 def percentile(values: list[float], q: float) -> float:

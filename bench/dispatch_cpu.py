@@ -38,7 +38,6 @@ import asyncpg
 
 from bench.common import ReceiverProcess, fresh_database, outbox_empty, record, server_dsn
 from bench.pgq import pgq_rate
-from bench.procs import ROOT, hookrelay, master_key, service_env
 from bench.sched import PER_HOST, cpu_s, own_cpu_s
 from hookrelay.outbox import complete_task
 from hookrelay.outbox.keys.at_rest import SecretBox
@@ -46,6 +45,7 @@ from hookrelay.outbox.store import changes
 from hookrelay.outbox.store.pool import create_pool
 from hookrelay.outbox.tasks.submit import NewTask, create_task
 from hookrelay.outbox.tenants import create_tenant
+from tests.harness.procs import ROOT, hookrelay, master_key, service_env
 
 TOTAL = 200  # DispatcherConfig.concurrency: in flight over every host
 

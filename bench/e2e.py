@@ -16,13 +16,13 @@ import time
 import aiohttp
 
 from bench.common import ReceiverProcess, drain, fresh_database, record, server_dsn
-from bench.procs import master_key, service_env
 from hookrelay.outbox import complete_task
 from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.store import changes
 from hookrelay.outbox.store.pool import create_pool
 from hookrelay.outbox.tasks.submit import NewTask, create_task
 from hookrelay.outbox.tenants import create_tenant
+from tests.harness.procs import master_key, service_env
 
 
 async def bare_client_limit(url: str, body: bytes, n: int, concurrency: int) -> float:

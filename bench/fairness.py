@@ -43,13 +43,13 @@ from bench.common import (
     server_dsn,
     start_dispatcher,
 )
-from bench.procs import ROOT, free_port, master_key, service_env, wait_for_port
 from hookrelay.outbox import complete_task
 from hookrelay.outbox.dispatch.dispatcher import DispatcherConfig
 from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.store.pool import create_pool
 from hookrelay.outbox.tasks.submit import NewTask, create_task
 from hookrelay.outbox.tenants import create_tenant
+from tests.harness.procs import ROOT, free_port, master_key, service_env, wait_for_port
 
 
 async def main() -> None:

@@ -20,9 +20,9 @@ import asyncpg
 
 from bench.backlog import fill
 from bench.common import ReceiverProcess, fresh_database, record, server_dsn, server_facts
-from bench.procs import master_key, service_env
 from bench.sched import drain_counted
 from hookrelay.outbox.keys.at_rest import SecretBox
+from tests.harness.procs import master_key, service_env
 
 COUNTERS = """
 SELECT n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del

@@ -19,12 +19,12 @@ import time
 import aiohttp
 
 from bench.common import ReceiverProcess, fresh_database, percentile, record, server_dsn
-from bench.procs import ROOT, hookrelay, master_key, service_env
 from hookrelay.outbox import complete_task
 from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.store.pool import create_pool
 from hookrelay.outbox.tasks.submit import NewTask, create_task
 from hookrelay.outbox.tenants import create_tenant
+from tests.harness.procs import ROOT, hookrelay, master_key, service_env
 
 
 async def bare_latency(url: str, rate: float, seconds: float) -> list[float]:

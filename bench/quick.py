@@ -27,12 +27,12 @@ import sys
 from bench import common
 from bench.common import BENCHMARKS, ReceiverProcess, fresh_database, record, server_dsn
 from bench.e2e import bare_client_limit, fill
-from bench.procs import ROOT, master_key, service_env
 from bench.receipt import bare, through_hookrelay
 from bench.sched import drain_counted, own_cpu_s
 from bench.writepath import measure
 from hookrelay.outbox.dispatch.dispatcher import DispatcherConfig
 from hookrelay.outbox.keys.at_rest import SecretBox
+from tests.harness.procs import ROOT, master_key, service_env
 
 SECTION = "quick: the regression guard"
 TOLERANCE = 0.25  # a ratio may fall this far below the recorded one

@@ -31,12 +31,20 @@ from typing import Any
 import asyncpg
 
 from bench.common import ReceiverProcess, fresh_database, percentile, record, server_dsn
-from bench.procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
 from bench.sched import cpu_s
 from hookrelay.outbox import ids
 from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.store import changes
 from hookrelay.outbox.tenants import create_tenant
+from tests.harness.procs import (
+    ROOT,
+    WORKERS_UP_S,
+    free_port,
+    hookrelay,
+    master_key,
+    service_env,
+    wait_for_port,
+)
 
 WARM = 50  # completions first, unmeasured: connections open, caches warm
 
@@ -118,7 +126,10 @@ async def delivered(dsn: str, n: int, timeout: float) -> None:
         await conn.close()
 
 
-async def through_hookrelay(mode: str, rate: float, seconds: float) -> Latency:
+async def through_hookrelay(
+    mode: str, rate: float, seconds: float, *, workers: int | None = None
+) -> Latency:
+    """``workers``: HOOKRELAY_WORKERS of ``serve`` or ``api`` (None: their default)."""
     dsn = await fresh_database(server_dsn())
     key = master_key()
     conn = await asyncpg.connect(dsn)
@@ -137,11 +148,15 @@ async def through_hookrelay(mode: str, rate: float, seconds: float) -> Latency:
     warm_paths.write_text("".join(f"/{t}/complete\n" for t in warm))
     port = free_port()
     env = service_env(dsn, key, host="127.0.0.1", port=port)
+    if workers is not None:
+        env["HOOKRELAY_WORKERS"] = str(workers)
     procs = [subprocess.Popen(hookrelay("serve" if mode == "serve" else "api"), env=env, cwd=ROOT)]
     if mode == "split":
         procs.append(subprocess.Popen(hookrelay("dispatch"), env=env, cwd=ROOT))
     try:
         wait_for_port(port, procs[0])
+        # The port answers once the first worker listens; the others, a moment later.
+        time.sleep(WORKERS_UP_S)
         url = f"http://127.0.0.1:{port}/v1/tasks"
         done = json.dumps({"status": "succeeded", "result": {"ok": True}})
         common = ["--body", done, "--header", "Authorization:Bearer bench"]

@@ -22,8 +22,8 @@ import asyncpg
 
 from bench.backlog import fill
 from bench.common import ReceiverProcess, fresh_database, record, seconds_to_drain, server_dsn
-from bench.procs import ROOT, hookrelay, master_key, service_env
 from hookrelay.outbox.keys.at_rest import SecretBox
+from tests.harness.procs import ROOT, hookrelay, master_key, service_env
 
 
 async def pg_busy_ms(conn: asyncpg.Connection) -> tuple[str, float]:

@@ -40,17 +40,28 @@ from bench.backlog import fill
 from bench.common import ReceiverProcess, fresh_database, outbox_empty, record, server_dsn
 from bench.e2e import bare_client_limit
 from bench.pgq import pgq_rate
-from bench.procs import ROOT, hookrelay, master_key, service_env
 from hookrelay.outbox.dispatch.dispatcher import DispatcherConfig
 from hookrelay.outbox.keys.at_rest import SecretBox
+from tests.harness.procs import ROOT, hookrelay, master_key, service_env
 
 PER_HOST = DispatcherConfig.per_host_concurrency
 
 
 def cpu_s(pid: int) -> float:
-    """User + system CPU seconds a process has used so far (/proc/PID/stat)."""
+    """User + system CPU seconds a process and its children have used so far
+    (/proc/PID/stat): with ``--workers N`` hookrelay's work is done by its workers, and a
+    worker that exited counts through its parent's reaped-children times."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        try:
+            ticks += sum(
+                int(f)
+                for f in Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[11:15]
+            )
+        except (OSError, IndexError):  # exited meanwhile
+            continue
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def own_cpu_s() -> float:

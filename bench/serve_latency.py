@@ -18,7 +18,7 @@ import time
 import aiohttp
 
 from bench.common import ReceiverProcess, fresh_database, percentile, record, server_dsn
-from bench.procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
+from tests.harness.procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
 
 ADMIN = {"Authorization": "Bearer bench"}
 

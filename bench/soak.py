@@ -31,12 +31,12 @@ from bench.common import (
     server_facts,
     start_dispatcher,
 )
-from bench.procs import master_key, service_env
 from hookrelay.outbox import complete_task
 from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.store.pool import create_pool
 from hookrelay.outbox.tasks.submit import NewTask, create_task
 from hookrelay.outbox.tenants import create_tenant
+from tests.harness.procs import master_key, service_env
 
 
 async def produce(dsn: str, box: SecretBox, url: str, n: int, batch: int) -> list[str]:

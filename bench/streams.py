@@ -33,8 +33,8 @@ import asyncpg
 import httpx
 
 from bench.common import fresh_database, percentile, record, server_dsn
-from bench.procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
 from hookrelay.outbox import report_progress, start_task
+from tests.harness.procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
 
 KINDS = {"sse": "SSE", "ws": "WebSocket", "lp": "long-poll (baseline)"}
 

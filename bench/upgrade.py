@@ -40,11 +40,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import fcntl
 import itertools
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -69,12 +67,11 @@ from bench.common import (
     server_dsn,
     server_facts,
 )
-from bench.procs import ROOT, free_port, master_key, service_env, wait_for_port
 from bench.sched import cpu_s, own_cpu_s
-from hookrelay.service.server.release import release
+from hookrelay.service.api.release import release
+from tests.harness.procs import ROOT, free_port, master_key, service_env, wait_for_port
+from tests.harness.releases import PREVIOUS, previous_release, run
 
-# The previous landed release: the commit the upgrade starts from by default.
-PREVIOUS = "a62dbb1"
 TARGET_S = 1.0  # no stream or long poll sees a change later than this
 LONG_POLL_WAIT_S = 20
 LAG_TICK_S = 0.05
@@ -82,55 +79,6 @@ KEEPALIVE_S = 2.0  # the clients' idle keep-alive, under the server's 5 s
 DRAIN_S = 2.0  # from leaving the rotation to SIGTERM (--drain-s)
 TERMINAL = {"succeeded", "failed", "canceled", "timed_out"}
 ADMIN_TOKEN = "bench"
-
-
-class BuildError(RuntimeError):
-    """The previous release could not be installed (the message says which step failed)."""
-
-
-def _run(argv: list[str], what: str, **kwargs: Any) -> str:
-    done = subprocess.run(argv, capture_output=True, text=True, **kwargs)
-    if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-        raise BuildError(f"{what} failed (exit {done.returncode}):\n{tail}")
-    out: str = done.stdout
-    return out.strip()
-
-
-def previous_release(ref: str = PREVIOUS, cache: Path | None = None) -> Path:
-    """The venv holding release ``ref`` of this repository, built once and cached.
-
-    A git worktree of ``ref`` is installed with pip into ``<cache>/releases/<commit>-py3.N/
-    venv`` and removed again; concurrent callers wait for one build (a lock file).
-    Raises :class:`BuildError` naming the step that failed.
-    """
-    cache = cache or ROOT / ".hookrelay-bench"
-    commit = _run(["git", "-C", str(ROOT), "rev-parse", "--verify", f"{ref}^{{commit}}"], "git")
-    home = cache / "releases" / f"{commit[:12]}-py{sys.version_info[0]}.{sys.version_info[1]}"
-    venv = home / "venv"
-    home.parent.mkdir(parents=True, exist_ok=True)
-    with open(home.parent / f"{home.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (home / "ready").exists():
-            return venv
-        shutil.rmtree(home, ignore_errors=True)
-        home.mkdir()
-        src = Path(tempfile.mkdtemp(prefix="hookrelay-release-")) / commit[:12]
-        _run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(src), commit], "git")
-        try:
-            _run([sys.executable, "-m", "venv", str(venv)], "python -m venv")
-            pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
-            # From 0.2.0 on the client is a distribution of its own, which the server's
-            # pins: both from the worktree, never the client from the registry.
-            client = src / "client"
-            parts = [str(client), str(src)] if (client / "pyproject.toml").exists() else [str(src)]
-            _run([*pip, *parts], f"pip install of {ref}", cwd=home)
-        finally:
-            with contextlib.suppress(BuildError):
-                _run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(src)], "git")
-            shutil.rmtree(src.parent, ignore_errors=True)
-        (home / "ready").write_text(commit + "\n")
-    return venv
 
 
 @dataclass(frozen=True)
@@ -149,7 +97,7 @@ class Release:
         # Never this tree's modules: no PYTHONPATH, no coverage hooks, its own cwd.
         strip = ("PYTHONPATH", "COVERAGE_PROCESS_START", "COVERAGE_PROCESS_CONFIG")
         env = {k: v for k, v in os.environ.items() if k not in strip}
-        out = _run([str(hookrelay), "--version"], "hookrelay --version", env=env)
+        out = run([str(hookrelay), "--version"], "hookrelay --version", env=env)
         version = out.split()[-1]
         return cls(version, f"{version} ({ref})", (str(hookrelay),), venv.parent, strip)
 
@@ -533,7 +481,7 @@ async def scenario(args: argparse.Namespace) -> dict[str, Any]:
     dsn = await fresh_database(server, migrated=False)
     work = Path(tempfile.mkdtemp(prefix="hookrelay-upgrade-"))
     env = service_env(dsn, master_key(), admin_token=ADMIN_TOKEN, data_dir=str(work))
-    _run([*old.argv, "migrate"], f"{old.label} migrate", env=old.env(env), cwd=old.cwd)
+    run([*old.argv, "migrate"], f"{old.label} migrate", env=old.env(env), cwd=old.cwd)
     print(f"{old.label} migrated a new database up to {(await applied(dsn))[-1]}")
     rx = ReceiverProcess("--commit-times")
     procs: list[Proc] = []

@@ -29,8 +29,8 @@ from bench.common import (
     server_dsn,
     server_facts,
 )
-from bench.procs import master_key, service_env
 from hookrelay.outbox.keys.at_rest import SecretBox
+from tests.harness.procs import master_key, service_env
 
 
 async def one(server: str, key: str, url: str, rows: int, pinned: bool) -> dict[str, Any]:

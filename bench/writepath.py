@@ -30,12 +30,20 @@ import asyncpg
 
 from bench.api import load
 from bench.common import fresh_database, record, server_dsn
-from bench.procs import ROOT, free_port, hookrelay, master_key, service_env, wait_for_port
 from bench.sched import cpu_s
 from hookrelay.outbox import ids
 from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.store import changes
 from hookrelay.outbox.tenants import create_tenant
+from tests.harness.procs import (
+    ROOT,
+    WORKERS_UP_S,
+    free_port,
+    hookrelay,
+    master_key,
+    service_env,
+    wait_for_port,
+)
 
 HOOK = "http://127.0.0.1:9/hook"
 SUBMIT = {"type": "bench", "callbackUrl": HOOK, "input": {"n": 1}}
@@ -139,12 +147,17 @@ def http_figure(name: str, row: dict[str, Any], cpu_s: float) -> Figure:
 
 
 async def measure(
-    *, seconds: float, clients: int, tenant_count: int, full: bool = True
+    *,
+    seconds: float,
+    clients: int,
+    tenant_count: int,
+    full: bool = True,
+    workers: int | None = None,
 ) -> dict[str, Figure]:
     """Every figure of the write path, from one fresh database and one ``hookrelay api``.
 
     ``full`` False (the regression guard): the ceiling and the one-tenant submit and
-    complete only.
+    complete only. ``workers``: the API's HOOKRELAY_WORKERS (None: its default).
     """
     dsn = await fresh_database(server_dsn())
     key = master_key()
@@ -177,11 +190,14 @@ async def measure(
     if full:
         figures["trivial"] = await trivial_route(seconds, clients)
     port = free_port()
-    api = subprocess.Popen(
-        hookrelay("api"), env=service_env(dsn, key, host="127.0.0.1", port=port), cwd=ROOT
-    )
+    env = service_env(dsn, key, host="127.0.0.1", port=port)
+    if workers is not None:
+        env["HOOKRELAY_WORKERS"] = str(workers)
+    api = subprocess.Popen(hookrelay("api"), env=env, cwd=ROOT)
     try:
         wait_for_port(port, api)
+        # The port answers once the first worker listens; the others, a moment later.
+        time.sleep(WORKERS_UP_S)
         base = f"http://127.0.0.1:{port}/v1/tasks"
         common: dict[str, Any] = {"seconds": seconds, "concurrency": clients}
         json_header = {"Content-Type": "application/json"}

@@ -9,6 +9,16 @@ executor can finish a task inside its own transaction::
         await outbox.complete_task(conn, task_id, "succeeded", result=...)
 
 ``hookrelay.outbox.sync`` has the same functions for sync psycopg and SQLAlchemy code.
+
+Inside, imports go one way, each line below building on the next (pyproject.toml's
+contracts; the package map in CONTRIBUTING.md)::
+
+    sync
+    tasks | dispatch | tenants
+    ops | keys | egress
+    store
+    sql | destinations
+    errors | ids | metrics | models
 """
 
 from hookrelay.outbox import sync

@@ -21,13 +21,13 @@ The tree::
     ├── TransportError             an HTTP exchange with a receiver failed
     │   └── LookupFailed           the receiver's name did not resolve (in time)
     ├── LocalFault                 our own side failed (resolver, file descriptors, pool)
-    ├── SignatureError             a received webhook failed verification (also a ValueError)
     └── ConfigurationError         a bad key, secret or setting
         └── SchemaMismatch         the database's migrations are not the ones this release runs on
 
 asyncpg errors that are business outcomes (a unique key taken) are mapped to
 these in ``hookrelay.outbox.store``, so callers never need to import asyncpg to handle
-one. service/api/errors.py maps each of them to one HTTP answer.
+one. service/api/errors.py maps each of them to one HTTP answer. A received webhook
+that fails verification is :mod:`hookrelay.receiver`'s error, not one of these.
 """
 
 from __future__ import annotations
@@ -165,10 +165,6 @@ class LocalFault(OutboxError):
         super().__init__(f"{kind}: {detail}")
         self.kind: LocalFaultKind = kind
         self.detail = detail
-
-
-class SignatureError(OutboxError, ValueError):
-    """A received webhook failed verification; the message says why."""
 
 
 class ConfigurationError(OutboxError):

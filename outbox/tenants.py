@@ -23,8 +23,8 @@ from hookrelay.outbox.keys.signing_keys import (
     SigningKeyRow,
     active_secrets,
     issue_keys,
+    list_signing_keys,
     rotate_secret,
-    signing_keys,
 )
 from hookrelay.outbox.models import SignatureScheme, TenantId
 from hookrelay.outbox.store import tenants as store
@@ -38,10 +38,10 @@ __all__ = [
     "authenticate",
     "create_tenant",
     "hash_api_key",
+    "list_signing_keys",
     "list_tenants",
     "rotate_api_key",
     "rotate_secret",
-    "signing_keys",
 ]
 
 

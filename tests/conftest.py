@@ -25,11 +25,11 @@ import httpx
 import pytest
 
 from hookrelay.outbox.keys.at_rest import SecretBox
-from hookrelay.outbox.store.migrate import migrate
+from hookrelay.outbox.store.migrations import migrate
 from hookrelay.outbox.store.pool import create_pool
-from hookrelay.service.api.app import create_app
 from hookrelay.service.server import embedded, lifecycle
 from hookrelay.service.server import event_loop as serving
+from hookrelay.service.server.app import create_app
 from hookrelay.service.server.prerequisites import Runtime
 from hookrelay.service.server.settings import Settings
 from tests.receiver import Receiver

@@ -12,7 +12,7 @@ from pathlib import Path
 from tests.support import ROOT
 
 _START = (
-    "import sys; from pathlib import Path; from service import embedded; "
+    "import sys; from pathlib import Path; from hookrelay.service.server import embedded; "
     "print(embedded.start(Path(sys.argv[1]), cleanup_mode=None))"
 )
 

@@ -1,8 +1,9 @@
 """What the tests share besides fixtures: credentials, waiting, backlogs, hookrelay processes.
 
 Fixtures stay in conftest.py; everything a test imports by name lives here. The process
-plumbing (ports, environment, command line) is the benchmarks' own, from bench/procs.py,
-so tests and benchmarks start hookrelay the same way.
+plumbing (ports, environment, command line) and ``eventually`` come from ``harness``,
+which the benchmarks use too, so both start hookrelay the same way; tests import no
+benchmark code.
 """
 
 from __future__ import annotations
@@ -25,13 +26,6 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import httpx
 
-from bench import procs
-from bench.common import eventually as eventually
-from bench.procs import ROOT as ROOT
-from bench.procs import free_port as free_port
-from bench.procs import hookrelay as hookrelay
-from bench.procs import master_key as master_key
-from bench.procs import service_env as service_env
 from hookrelay.outbox import complete_task
 from hookrelay.outbox.dispatch.dispatcher import Dispatcher, running
 from hookrelay.outbox.models import EventId
@@ -41,6 +35,13 @@ from hookrelay.outbox.tasks.submit import NewTask, create_task
 from hookrelay.outbox.tenants import NewKeys, NewTenant, create_tenant
 from hookrelay.service.server.background import make_dispatcher
 from hookrelay.service.server.prerequisites import Runtime
+from tests.harness import procs
+from tests.harness.procs import ROOT as ROOT
+from tests.harness.procs import free_port as free_port
+from tests.harness.procs import hookrelay as hookrelay
+from tests.harness.procs import master_key as master_key
+from tests.harness.procs import service_env as service_env
+from tests.harness.waiting import eventually as eventually
 
 ADMIN_TOKEN = "test-admin-" + secrets.token_hex(8)
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}

@@ -141,7 +141,7 @@ async def test_metrics_token_reads_metrics_only(
 ) -> None:
     from dataclasses import replace
 
-    from hookrelay.service.api.app import create_app
+    from hookrelay.service.server.app import create_app
 
     token = "metrics-" + "m" * 20
     rt = replace(runtime, settings=replace(runtime.settings, metrics_token=token))

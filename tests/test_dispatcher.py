@@ -16,11 +16,10 @@ import pytest
 from aiohttp import web
 
 from hookrelay.outbox.dispatch.dispatcher import running
-from hookrelay.outbox.errors import SignatureError
-from hookrelay.outbox.keys.signing import verify
 from hookrelay.outbox.store import delivery
 from hookrelay.outbox.store.pool import create_pool
 from hookrelay.outbox.tenants import rotate_secret
+from hookrelay.receiver import BadSignature, verify
 from tests.receiver import Receiver
 from tests.support import backlog, claim_due, dispatcher, eventually, v1_secret, wait_drained
 
@@ -315,12 +314,12 @@ async def test_rotation_signs_with_both_then_only_new(pool, runtime, receiver) -
         await receiver.wait_for(2)
     during, after = receiver.received
     assert len(during.headers["webhook-signature"].split(" ")) == 2
-    verify([v1_secret(tenant)], during.headers, during.body)
-    verify([new], during.headers, during.body)
+    verify(during.headers, during.body, secrets=[v1_secret(tenant)])
+    verify(during.headers, during.body, secrets=[new])
     assert len(after.headers["webhook-signature"].split(" ")) == 1
-    verify([new], after.headers, after.body)
-    with pytest.raises(SignatureError):
-        verify([v1_secret(tenant)], after.headers, after.body)
+    verify(after.headers, after.body, secrets=[new])
+    with pytest.raises(BadSignature):
+        verify(after.headers, after.body, secrets=[v1_secret(tenant)])
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from dataclasses import replace
 import httpx
 import pytest
 
-from hookrelay.service.api.app import create_app
+from hookrelay.service.server.app import create_app
 from hookrelay.service.server.background import dispatcher_background
 from tests.fakedns import FakeDns
 from tests.support import ADMIN, backlog, bearer, eventually

@@ -18,8 +18,8 @@ import pytest
 
 from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.store.pool import create_pool
-from hookrelay.service.api.app import create_app
 from hookrelay.service.api.openapi import spec
+from hookrelay.service.server.app import create_app
 from hookrelay.service.server.prerequisites import Runtime
 from hookrelay.service.server.settings import Settings
 from tests.support import ADMIN, bearer

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hookrelay.outbox.dispatch.destinations import host_key
+from hookrelay.outbox.destinations import host_key
 from hookrelay.outbox.errors import InvalidCallbackUrl
 from hookrelay.outbox.tasks.transitions import destination_host
 

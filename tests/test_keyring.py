@@ -8,10 +8,10 @@ import asyncpg
 import pytest
 
 from hookrelay.outbox.dispatch.dispatcher import running
-from hookrelay.outbox.errors import SignatureError
 from hookrelay.outbox.keys.keyring import Keyring
-from hookrelay.outbox.keys.signing import Signer, verify
+from hookrelay.outbox.keys.signing import Signer
 from hookrelay.outbox.tenants import NewTenant, create_tenant, rotate_secret
+from hookrelay.receiver import BadSignature, verify
 from tests.support import backlog, dispatcher, eventually, v1_secret
 
 pytestmark = pytest.mark.anyio
@@ -31,9 +31,9 @@ async def test_rotation_takes_effect_at_once(pool, runtime, receiver) -> None:
             await receiver.wait_for(n)
     for got, secret, previous in zip(receiver.received[1:], secrets[1:], secrets[:-1], strict=True):
         assert len(got.headers["webhook-signature"].split()) == 1
-        verify([secret], got.headers, got.body)
-        with pytest.raises(SignatureError):
-            verify([previous], got.headers, got.body)
+        verify(got.headers, got.body, secrets=[secret])
+        with pytest.raises(BadSignature):
+            verify(got.headers, got.body, secrets=[previous])
 
 
 async def test_rotation_with_overlap_signs_with_new_key_at_once(pool, runtime, receiver) -> None:
@@ -46,8 +46,8 @@ async def test_rotation_with_overlap_signs_with_new_key_at_once(pool, runtime, r
         await receiver.wait_for(2)
     after = receiver.received[1]
     assert len(after.headers["webhook-signature"].split()) == 2
-    verify([new], after.headers, after.body)
-    verify([v1_secret(tenant)], after.headers, after.body)
+    verify(after.headers, after.body, secrets=[new])
+    verify(after.headers, after.body, secrets=[v1_secret(tenant)])
 
 
 async def test_same_version_is_served_from_cache(pool, runtime) -> None:
@@ -61,8 +61,9 @@ async def test_same_version_is_served_from_cache(pool, runtime) -> None:
         # The version the claim read after the rotation: loaded afresh.
         fresh = (await ring.signers(conn, {t.id: 2}))[t.id]
     assert fresh is not first
-    headers = fresh.headers("msg_1", 1_700_000_000, b"{}")
-    verify([new], headers, b"{}", now=1_700_000_000)
+    body = b'{"type": "ping", "timestamp": "2023-11-14T22:13:20Z", "data": {}}'
+    headers = fresh.headers("msg_1", 1_700_000_000, body)
+    verify(headers, body, secrets=[new], now=1_700_000_000)
 
 
 def secret_count(signer: Signer) -> int:

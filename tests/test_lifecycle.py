@@ -19,6 +19,7 @@ from pathlib import Path
 
 import asyncpg
 import httpx
+import psutil
 import pytest
 from aiohttp import web
 
@@ -104,10 +105,19 @@ def handles(data: Path) -> list[int]:
     return list(json.loads(path.read_text())) if path.exists() else []
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-async def test_signal_stops_serve_and_its_embedded_server(home: Path, sig: int) -> None:
+@pytest.mark.parametrize(
+    ("sig", "workers"),
+    [(signal.SIGTERM, 1), (signal.SIGINT, 1), (signal.SIGINT, 2)],
+    ids=["SIGTERM", "SIGINT", "SIGINT-2-workers"],
+)
+async def test_signal_stops_serve_and_its_embedded_server(
+    home: Path, sig: int, workers: int
+) -> None:
     data, port = home / "data", free_port()
-    proc, banner = await start_serve(serve_env(data, port), home)
+    env = {**serve_env(data, port), "HOOKRELAY_WORKERS": str(workers)}
+    proc, banner = await start_serve(env, home)
+    children = [p.pid for p in psutil.Process(proc.pid).children()]
+    assert len(children) == (0 if workers == 1 else workers + 1)
     # The banner comes after the bind: the port answers as soon as it is printed.
     assert banner.startswith(f"hookrelay listening on http://127.0.0.1:{port}\n")
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as c:
@@ -119,6 +129,7 @@ async def test_signal_stops_serve_and_its_embedded_server(home: Path, sig: int) 
     assert servers_for(pgdata), "the embedded server should be running"
     code, err = await stop(proc, sig)
     assert code == 0, err[-2000:]
+    assert not any(psutil.pid_exists(pid) for pid in children), "a worker outlived serve"
     assert servers_for(pgdata) == [], "a postgres process outlived serve"
     assert handles(data) == []
     # initdb's chatter went to the log file, not to the terminal.

@@ -15,8 +15,8 @@ from aiohttp import web
 from aiohttp.client_reqrep import ConnectionKey
 
 from hookrelay.outbox.dispatch.dispatcher import Dispatcher, running
-from hookrelay.outbox.dispatch.local_faults import as_local_fault
 from hookrelay.outbox.egress.http import AiohttpSender, Reply
+from hookrelay.outbox.egress.local_faults import as_local_fault
 from hookrelay.outbox.egress.ssrf import AddressPolicy
 from hookrelay.outbox.errors import LocalFault
 from hookrelay.outbox.metrics import LOCAL_FAULTS

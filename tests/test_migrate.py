@@ -14,7 +14,7 @@ import pytest
 from hookrelay.outbox.dispatch.dispatcher import running
 from hookrelay.outbox.keys.signing import generate_secret
 from hookrelay.outbox.ops.dead_letters import replay_one
-from hookrelay.outbox.store.migrate import migrate, migrations, status
+from hookrelay.outbox.store.migrations import migrate, migration_status, migrations
 from hookrelay.outbox.store.pool import create_pool, schema_sql
 from hookrelay.outbox.tenants import hash_api_key
 from tests.conftest import NewDb
@@ -90,9 +90,9 @@ async def test_database_from_before_migrations_is_adopted_not_rerun(new_db: NewD
     await run_sql(dsn, "DROP INDEX delivery_attempts_time")
     conn = await asyncpg.connect(dsn)
     try:
-        before = await status(conn)
+        before = await migration_status(conn)
         assert [(m.version, m.state) for m in before][:2] == [(1, "applied"), (2, "pending")]
-        assert await migrate(conn) and [m.state for m in await status(conn)] == (
+        assert await migrate(conn) and [m.state for m in await migration_status(conn)] == (
             ["applied"] * len(migrations())
         )
         assert await conn.fetchval("SELECT to_regclass('delivery_attempts_time')") is None
@@ -168,7 +168,9 @@ async def test_upgrade_with_rows_in_every_table_keeps_working(
                 assert await conn.fetchval(f"SELECT count(*) FROM {table}"), table
 
             assert [m.version for m in await migrate(conn)] == [m.version for m in migrations()[1:]]
-            assert [m.state for m in await status(conn)] == ["applied"] * len(migrations())
+            assert [m.state for m in await migration_status(conn)] == ["applied"] * len(
+                migrations()
+            )
 
         upgraded = replace(runtime, dsn=dsn)
         async with running(dispatcher(upgraded, pool)):

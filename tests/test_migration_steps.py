@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from hookrelay.outbox.store.migrate import migrate, migrations
+from hookrelay.outbox.store.migrations import migrate, migrations
 from tests.conftest import NewDb
 from tests.test_migrate import run_migrate
 
@@ -25,6 +25,10 @@ DEAD = ("http://127.1:8080/c", "127.1:8080")
 
 
 async def populate(conn: asyncpg.Connection) -> None:
+    # Their tenant: a later migration (tenant_deletion) removes rows whose tenant is gone.
+    await conn.execute(
+        "INSERT INTO tenants (id, name, api_key_hash) VALUES ('ten_1', 'one', '\\x01')"
+    )
     for n, (url, host) in enumerate(EVENTS):
         await conn.execute(
             "INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host,"

@@ -7,7 +7,7 @@ import ipaddress
 import aiohttp
 import pytest
 
-from hookrelay.outbox.egress.embedded_ipv4 import PREFIXES, classify, embedded_ipv4
+from hookrelay.outbox.destinations import PREFIXES, classify, embedded_ipv4
 from hookrelay.outbox.egress.ssrf import AddressPolicy, GuardedConnector, blocked_reason
 from tests.support import bearer
 from tests.test_ssrf import StaticResolver

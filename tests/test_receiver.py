@@ -9,6 +9,7 @@ import json
 import time
 from datetime import UTC, datetime
 from types import SimpleNamespace
+from typing import Any
 
 import nacl.signing
 import pytest
@@ -136,6 +137,54 @@ def test_a_changed_body_a_wrong_key_or_a_scheme_without_keys_is_refused() -> Non
         verify(only_v1a, BODY, secrets=[secret])  # a v1a signature, and only secrets given
 
 
+@pytest.mark.parametrize("change", ["id", "timestamp", "body"])
+@pytest.mark.parametrize("scheme", ["v1", "v1a"])
+def test_any_signed_part_changed_is_refused(scheme, change) -> None:
+    secret, pair = generate_secret(), ed25519.generate_keypair()
+    ts = int(time.time())
+    headers, body = signed([secret], [pair.private_key], ts=ts), BODY
+    if change == "id":
+        headers["webhook-id"] = "evt_other"
+    elif change == "timestamp":
+        headers["webhook-timestamp"] = str(ts + 1)
+    else:
+        body = BODY.replace("task_a", "task_b")
+    keys: dict[str, Any] = (
+        {"secrets": [secret]} if scheme == "v1" else {"public_keys": [pair.public_key]}
+    )
+    with pytest.raises(BadSignature):
+        verify(headers, body, **keys)
+    assert verify(signed([secret], [pair.private_key], ts=ts), BODY, **keys).id == "evt_1"
+
+
+def test_the_tolerance_includes_its_bounds() -> None:
+    secret, now = generate_secret(), 1_700_000_000
+    for offset in (-300, 300):
+        assert verify(signed([secret], ts=now + offset), BODY, secrets=[secret], now=now).id
+
+
+@pytest.mark.parametrize(
+    "value", ["v1", "v1,@@not-base64@@", "v2,AAAA", "v1a,AAAA"], ids=lambda v: v.split(",")[0]
+)
+def test_a_header_with_no_usable_signature_is_refused(value) -> None:
+    secret = generate_secret()
+    headers = signed([secret])
+    bare = headers["webhook-signature"].removeprefix("v1,")  # no version: not a signature
+    for given in (value, bare):
+        with pytest.raises(BadSignature):
+            verify({**headers, "webhook-signature": given}, BODY, secrets=[secret])
+
+
+def test_in_a_rotation_each_signature_verifies_with_its_own_secret_only() -> None:
+    old, new = generate_secret(), generate_secret()
+    headers = signed([new, old])
+    first, second = headers["webhook-signature"].split(" ")
+    assert verify({**headers, "webhook-signature": first}, BODY, secrets=[new]).id
+    assert verify({**headers, "webhook-signature": second}, BODY, secrets=[old]).id
+    with pytest.raises(BadSignature):
+        verify({**headers, "webhook-signature": first}, BODY, secrets=[old])
+
+
 def test_a_signed_body_that_is_no_event_is_refused() -> None:
     secret = generate_secret()
     for body in ("not json", '{"type": "task.succeeded"}', "[1]"):
@@ -164,8 +213,9 @@ def test_keys_are_checked_up_front_and_never_shown() -> None:
     with pytest.raises(ValueError, match="not valid base64") as bad:
         Verifier(secrets=["whsec_not base64!"])
     assert "not base64!" not in str(bad.value)
-    with pytest.raises(ValueError, match="public key"):
-        Verifier(public_keys=["whpk_"])
+    for key in ("whpk_", "whpk_!!", "whpk_" + base64.b64encode(b"x").decode()):
+        with pytest.raises(ValueError, match="public key"):
+            Verifier(public_keys=[key])
     secret = generate_secret()
     assert secret.removeprefix("whsec_") not in repr(Verifier(secrets=secret))
     # The bare base64 key (without whsec_) is accepted too, as the libraries accept it.

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from hookrelay.outbox.tenants import active_secrets, hash_api_key
-from hookrelay.service.api.app import create_app
+from hookrelay.service.server.app import create_app
 from tests.support import ADMIN, bearer, eventually, v1_secret
 
 pytestmark = pytest.mark.anyio

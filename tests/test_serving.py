@@ -52,7 +52,8 @@ def test_run_uses_uvloop() -> None:
 
 @pytest.fixture
 async def strict_api(runtime, dsn):
-    """``hookrelay api`` with short read deadlines and a cap of 20 connections; yields its port."""
+    """``hookrelay api`` (one process: the cap is each worker's) with short read deadlines
+    and a cap of 20 connections; yields its port."""
     from tests.support import dispatcher_env, free_port, start, wait_for_port
 
     port = free_port()
@@ -64,6 +65,7 @@ async def strict_api(runtime, dsn):
         header_timeout_s="1",
         body_timeout_s="1",
         max_connections="20",
+        workers="1",
     )
     proc = await start("api", env)
     try:

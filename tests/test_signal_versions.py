@@ -17,7 +17,7 @@ import pytest
 
 from hookrelay.outbox import complete_task
 from hookrelay.outbox.store import changes, events, signals, tenants
-from hookrelay.outbox.store.migrate import migrations
+from hookrelay.outbox.store.migrations import migrations
 from hookrelay.outbox.tasks.submit import NewTask, create_task
 from hookrelay.outbox.tenants import create_tenant
 from hookrelay.service.live.long_poll import TaskWatcher

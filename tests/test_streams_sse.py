@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from hookrelay.service.api.app import create_app
 from hookrelay.service.server import event_loop as serving
 from hookrelay.service.server import lifecycle
+from hookrelay.service.server.app import create_app
 from tests.support import ADMIN, bearer, eventually, free_port, purge_changes
 
 pytestmark = pytest.mark.anyio

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hookrelay.service.cli.tty_text import one_line, printable
+from hookrelay.service.server.tty_text import one_line, printable
 
 ATTACK = "\x1b]0;PWNED\x07\x1b[2J"
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from hookrelay.outbox.dispatch.untrusted import receiver_text
+from hookrelay.outbox.egress.untrusted import receiver_text
 
 pytestmark = pytest.mark.anyio
 

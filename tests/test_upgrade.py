@@ -1,6 +1,6 @@
 """A rolling upgrade from the previous release, and back: ``python -m bench upgrade``, short.
 
-The previous release (bench.upgrade.PREVIOUS) is installed from this repository's
+The previous release (tests.harness.releases.PREVIOUS) is installed from this repository's
 history into a venv once per session (a git worktree and pip, about half a minute),
 then runs beside this tree on one database: migrate, this release's processes
 start, the previous ones get SIGTERM, and (``--rollback``) the previous release
@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.upgrade import PREVIOUS, BuildError, previous_release
-from hookrelay.outbox.store.migrate import migrations
-from hookrelay.service.server.release import release
-from tests.support import ROOT
+from hookrelay.outbox.store.migrations import migrations
+from hookrelay.service.api.release import release
+from tests.harness.procs import ROOT
+from tests.harness.releases import PREVIOUS, BuildError, previous_release
 
 pytestmark = pytest.mark.slow
 LATE_S = 5.0

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from hookrelay.outbox.store.pool import create_pool
-from hookrelay.service.api.app import create_app
+from hookrelay.service.server.app import create_app
 from tests.support import ADMIN, bearer, eventually
 
 pytestmark = pytest.mark.anyio

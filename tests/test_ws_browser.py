@@ -96,7 +96,7 @@ async def test_the_documented_browser_snippet_follows_a_task(serve, receiver) ->
 
     from tests.support import ROOT, eventually
 
-    text = (ROOT / "docs" / "websocket.md").read_text()
+    text = (ROOT / "docs" / "guides" / "websocket.md").read_text()
     (snippet,) = re.findall(r"```js\n(.*?)```", text, flags=re.S)
     async with httpx.AsyncClient(base_url=serve) as api:
         key = (await api.post("/v1/admin/tenants", json={"name": "acme"}, headers=ADMIN)).json()[

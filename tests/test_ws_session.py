@@ -311,7 +311,7 @@ async def test_past_the_retained_log_resume_says_reset_and_goes_on(serve_app, po
 
 async def test_the_database_away_is_said_and_the_socket_stays(serve_app, pool, monkeypatch) -> None:
     from hookrelay.outbox.store import changes
-    from hookrelay.service.api.routes import ws as route
+    from hookrelay.service.live import ws_routes as route
 
     async def away(*args: Any, **kwargs: Any) -> Any:
         raise asyncpg.CannotConnectNowError("the database system is starting up")

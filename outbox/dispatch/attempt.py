@@ -17,9 +17,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hookrelay.outbox.dispatch.retry import RetryPolicy, parse_retry_after
-from hookrelay.outbox.dispatch.untrusted import receiver_text
 from hookrelay.outbox.egress.http import Sender
 from hookrelay.outbox.egress.ssrf import AddressPolicy
+from hookrelay.outbox.egress.untrusted import receiver_text
 from hookrelay.outbox.errors import BlockedDestination, InvalidCallbackUrl, TransportError
 from hookrelay.outbox.keys.signing import Signer
 from hookrelay.outbox.models import Outcome

@@ -25,7 +25,6 @@ from hookrelay.outbox import ids
 from hookrelay.outbox.dispatch.attempt import AttemptLimits, AttemptResult, attempt
 from hookrelay.outbox.dispatch.circuit import BreakerPolicy, take_probes
 from hookrelay.outbox.dispatch.claim_ahead import AheadQueues, Waiting
-from hookrelay.outbox.dispatch.local_faults import DEFER_S, FaultReporter
 from hookrelay.outbox.dispatch.outcomes import Recorder
 from hookrelay.outbox.dispatch.retry import RetryPolicy
 from hookrelay.outbox.dispatch.scheduler import (
@@ -40,6 +39,7 @@ from hookrelay.outbox.dispatch.scheduler import (
     still_due,
 )
 from hookrelay.outbox.egress.http import Sender
+from hookrelay.outbox.egress.local_faults import DEFER_S, FaultReporter
 from hookrelay.outbox.egress.ssrf import AddressPolicy
 from hookrelay.outbox.errors import LocalFault
 from hookrelay.outbox.keys.at_rest import SecretBox
@@ -55,6 +55,24 @@ log = logging.getLogger("hookrelay.dispatcher")
 # Why an event whose tenant's signing secret does not decrypt is dead-lettered:
 # unsigned it cannot be sent, and retrying cannot repair the stored secret.
 UNDECRYPTABLE = "cannot decrypt signing secret (wrong master key or corrupted data)"
+# Why an event is dead-lettered when its leases kept running out with nothing
+# written: sent again, it would go round at every lease expiry for ever, unspent.
+LOST_LEASES = (
+    "outcome could not be recorded: {n} leases in a row ran out with no outcome written "
+    "(a dispatcher crashed, the write failed, or the attempt failed with an error of "
+    "ours); dead-lettered rather than sent again"
+)
+# Why an event is dead-lettered whose tenant has nothing that signs now (its
+# secrets deleted by hand): unsigned it cannot be sent; a replay once a key is back.
+NO_SIGNING_KEY = "the tenant has no active signing key"
+# Why an event is dropped whose tenant is gone: nothing of the tenant's is kept.
+# Deleting a tenant removes its waiting events (migration 0017); only rows left by
+# a deletion before that are met here.
+TENANT_GONE = "its tenant was deleted"
+# Why an event is dropped whose stored body is gone: there is nothing to send.
+# Only a database where an older release purged a task under its redelivery
+# holds such a row; it used to fail its attempt every second for ever.
+NO_BODY = "its stored event is gone (purged while it waited); nothing to send"
 # After a failed claim: short, since the database usually comes back in moments
 # and a long poll interval must not become the outage's recovery time.
 CLAIM_RETRY_S = 0.5
@@ -83,6 +101,12 @@ class DispatcherConfig:
     # open circuit lets one probe through.
     breaker_threshold: int = BreakerPolicy.threshold
     breaker_probe_s: float = BreakerPolicy.probe_s
+    # Leases of one event that may run out in a row with no outcome written (its
+    # dispatcher crashed, or could not write the outcome) before the event is
+    # dead-lettered instead of sent again (outbox.lost_leases). A killed dispatcher
+    # costs the rows it held one each; an outcome that can never be stored costs
+    # every lease, and would otherwise be re-sent for ever with no attempt spent.
+    max_lost_leases: int = 5
     owner: str = field(default_factory=ids.lease_owner)
 
     @property
@@ -292,6 +316,8 @@ class Dispatcher:
             probes = len(rows)
             rows += claimed
             full = sum(grants.values()) >= self.config.batch_size
+            if any(self._unsendable(e) for e in rows):
+                probes, rows = await self._abandon(conn, rows, probes)
             if not rows:
                 return full
             tenants: dict[str, int] = {e.tenant_id: e.secret_version for e in rows}
@@ -299,7 +325,10 @@ class Dispatcher:
             # A secret that does not decrypt is that tenant's problem, unless
             # this process's key is no longer the database's (rotated while we
             # ran): then nothing is the events' fault, so hold them, not bury them.
-            own_key_ok = len(signers) == len(tenants) or await key_matches(conn, self._box)
+            keyless = self.keyring.keyless
+            own_key_ok = len(signers) + len(keyless) == len(tenants) or await key_matches(
+                conn, self._box
+            )
         self.counters["claimed"] += len(rows)
         held: list[ClaimedEvent] = []
         now = time.monotonic()
@@ -311,6 +340,12 @@ class Dispatcher:
             startable[lane] += max(0, n - self._flight.lanes[lane])
         for i, event in enumerate(rows):
             signer = signers.get(event.tenant_id)
+            if signer is None and event.tenant_id in keyless:
+                self.recorder.add(
+                    AttemptResult(event, "dead", datetime.now(UTC), 0.0, error=NO_SIGNING_KEY)
+                )
+                self.counters["no_signing_key"] += 1
+                continue
             if signer is None and not own_key_ok:
                 held.append(event)
                 continue
@@ -339,6 +374,40 @@ class Dispatcher:
             await self._release(held)
             return False  # held rows wait a poll interval, not claimed again at once
         return full
+
+    def _unsendable(self, event: ClaimedEvent) -> str | None:
+        """Why ``event`` is not to be sent, if it is not."""
+        if event.lost_leases >= self.config.max_lost_leases:
+            return LOST_LEASES.format(n=event.lost_leases)
+        if event.secret_version is None:  # read with the claim: no such tenant
+            return TENANT_GONE
+        if event.body is None:
+            return NO_BODY
+        return None
+
+    async def _abandon(
+        self, conn: asyncpg.Connection, rows: list[ClaimedEvent], probes: int
+    ) -> tuple[int, list[ClaimedEvent]]:
+        """Dead-letter, unsent, the rows not to be sent (see ``_unsendable``);
+        returns (probes, rows) left to send."""
+        why = {e.id: reason for e in rows if (reason := self._unsendable(e)) is not None}
+        try:
+            done = await delivery.abandon_leases(conn, rows=list(why.items()), token=rows[0].token)
+        except Exception:
+            # Not sent either way: their leases run out and the next claim tries again.
+            log.exception("could not dead-letter %d events not to be sent", len(why))
+            done = {}
+        for e in rows:
+            if e.id in done:
+                log.error(
+                    "event %s: %s",
+                    "dead-lettered" if done[e.id] else "dropped",
+                    why[e.id],
+                    extra={"event_id": e.event_id, "task_id": e.task_id},
+                )
+        self.counters["abandoned"] += len(done)
+        kept = [e for e in rows[:probes] if e.id not in why]
+        return len(kept), kept + [e for e in rows[probes:] if e.id not in why]
 
     def _answering(self, now: float) -> set[str]:
         """The hosts that answered within ANSWERED_S; the others are forgotten."""
@@ -437,7 +506,12 @@ class Dispatcher:
         try:
             async with self.pool.acquire() as conn:
                 await delivery.defer_leases(
-                    conn, ids=[event.id], token=event.token, delay_s=DEFER_S
+                    conn,
+                    ids=[event.id],
+                    token=event.token,
+                    delay_s=DEFER_S,
+                    # A bug may fail this event's attempt every time: counted, bounded.
+                    counted=fault.kind == "bug",
                 )
         except Exception as exc:  # the lease runs out by itself
             log.warning("could not give back event %s: %s", event.event_id, exc)

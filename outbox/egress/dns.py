@@ -29,12 +29,12 @@ from pycares import errno as ares
 
 from hookrelay.outbox.errors import LocalFault, LocalFaultKind, LookupFailed
 
-__all__ = ["DELIVERY_TIMEOUT_S", "SUBMIT_TIMEOUT_S", "AiohttpResolver", "Resolved", "Resolver"]
+__all__ = ["DNS_SUBMIT_TIMEOUT_S", "DNS_TIMEOUT_S", "AiohttpResolver", "Resolved", "Resolver"]
 
 # Default deadlines of one lookup (HOOKRELAY_DNS_SUBMIT_TIMEOUT_S, _DNS_TIMEOUT_S).
 # A submit has a caller waiting on it; a delivery attempt has its own 15 s budget.
-SUBMIT_TIMEOUT_S = 2.0
-DELIVERY_TIMEOUT_S = 5.0
+DNS_SUBMIT_TIMEOUT_S = 2.0
+DNS_TIMEOUT_S = 5.0
 
 # c-ares failures that say nothing about the name: our resolver cannot work.
 _LOCAL_CODES: dict[int, LocalFaultKind] = {
@@ -63,7 +63,7 @@ class Resolver:
     def __init__(
         self,
         *,
-        timeout_s: float = DELIVERY_TIMEOUT_S,
+        timeout_s: float = DNS_TIMEOUT_S,
         nameservers: Sequence[str] = (),
         max_ttl_s: float = 300.0,
         max_entries: int = 4096,

@@ -11,7 +11,7 @@ delivery rules with respx.
 Both raise :class:`~hookrelay.outbox.errors.TransportError` for a failed exchange,
 :class:`~hookrelay.outbox.errors.BlockedDestination` when the SSRF guard refuses, and
 :class:`~hookrelay.outbox.errors.LocalFault` when the fault is ours
-(``hookrelay.outbox.dispatch.local_faults``).
+(``hookrelay.outbox.egress.local_faults``).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Protocol
 import aiohttp
 import httpx
 
-from hookrelay.outbox.dispatch.local_faults import as_local_fault
-from hookrelay.outbox.egress.dns import DELIVERY_TIMEOUT_S, AiohttpResolver, Resolver
+from hookrelay.outbox.egress.dns import DNS_TIMEOUT_S, AiohttpResolver, Resolver
+from hookrelay.outbox.egress.local_faults import as_local_fault
 from hookrelay.outbox.egress.ssrf import AddressPolicy, GuardedConnector, blocked_reason
 from hookrelay.outbox.errors import BlockedDestination, LocalFault, TransportError
 
@@ -158,7 +158,7 @@ def build_sender(
     concurrency: int,
     per_host: int,
     connect_timeout_s: float,
-    dns_timeout_s: float = DELIVERY_TIMEOUT_S,
+    dns_timeout_s: float = DNS_TIMEOUT_S,
     nameservers: Sequence[str] = (),
 ) -> Sender:
     """The production sender, with its own resolver (the delivery DNS budget)."""

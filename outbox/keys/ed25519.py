@@ -3,18 +3,17 @@
 A tenant's key pair is serialised as the specification names them: the private
 key ``whsk_`` + base64 of its 32-byte seed (kept encrypted at rest, never shown),
 the public key ``whpk_`` + base64 of its 32 raw bytes (handed to receivers). The
-signature is ``v1a,`` + base64 of the 64-byte Ed25519 signature.
+signature is ``v1a,`` + base64 of the 64-byte Ed25519 signature. Receivers verify it
+with :mod:`hookrelay.receiver`.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from hookrelay.outbox.errors import ConfigurationError
@@ -71,31 +70,3 @@ def signature(key: Ed25519PrivateKey, msg_id: str, timestamp: int, body: bytes) 
     # Ed25519 hashes the message twice internally, so it needs it whole, not streamed.
     signed = f"{msg_id}.{timestamp}.".encode() + body
     return f"{SIGNATURE_VERSION},{_b64(key.sign(signed))}"
-
-
-def load_public_key(serialised: str) -> Ed25519PublicKey:
-    """The key inside a ``whpk_`` string; ConfigurationError if it is malformed."""
-    if not serialised.startswith(PUBLIC_PREFIX):
-        raise ConfigurationError("public key does not start with 'whpk_'")
-    try:
-        raw = base64.b64decode(serialised.removeprefix(PUBLIC_PREFIX), validate=True)
-    except (binascii.Error, ValueError):
-        raise ConfigurationError("public key is not valid base64 after 'whpk_'") from None
-    if len(raw) != KEY_BYTES:
-        raise ConfigurationError(f"public key must hold {KEY_BYTES} bytes")
-    return Ed25519PublicKey.from_public_bytes(raw)
-
-
-def matches(
-    public_keys: Sequence[str], msg_id: str, timestamp: int, body: bytes, signatures: list[bytes]
-) -> bool:
-    """Whether any of the raw ``signatures`` is one of ``public_keys`` over the message."""
-    signed = f"{msg_id}.{timestamp}.".encode() + body
-    for key in (load_public_key(k) for k in public_keys):
-        for sig in signatures:
-            try:
-                key.verify(sig, signed)
-                return True
-            except InvalidSignature:
-                continue
-    return False

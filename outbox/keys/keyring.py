@@ -35,6 +35,9 @@ class Keyring:
         self._ttl = ttl_s
         # tenant id -> (key version, valid until (monotonic), signer)
         self._cache: dict[str, tuple[int, float, Signer]] = {}
+        # Tenants the last call left out because nothing of theirs signs now: no
+        # secret or key that has not expired (deleted by hand, or the tenant with it).
+        self.keyless: set[str] = set()
 
     async def signers(
         self, conn: asyncpg.Connection, versions: Mapping[str, int]
@@ -44,8 +47,10 @@ class Keyring:
         Tenants not cached at that version are loaded in one query. A tenant
         whose secrets do not decrypt is left out (and not cached, so a repaired
         secret is used at once): the caller deals with its events, everyone
-        else's still get signed.
+        else's still get signed. So is a tenant with nothing that signs now,
+        named in :attr:`keyless`.
         """
+        self.keyless = set()
         now = time.monotonic()
         out: dict[str, Signer] = {}
         missing = []
@@ -59,6 +64,11 @@ class Keyring:
             return out
         wall = datetime.now(UTC)
         for tid, secrets in (await self._load(conn, missing)).items():
+            if not secrets.values and not secrets.keys:
+                # Before, Signer() raised here, and every claim round that took one of
+                # this tenant's events failed, holding back the events claimed with it.
+                self.keyless.add(tid)
+                continue
             until = now + self._ttl
             if secrets.expires_at is not None:
                 until = min(until, now + (secrets.expires_at - wall).total_seconds())

@@ -89,7 +89,7 @@ async def verify_or_record(
     return KeyCheck(row.key_id, recorded=False)
 
 
-async def rotate(conn: asyncpg.Connection, old: SecretBox, new: SecretBox) -> int:
+async def rotate_master_key(conn: asyncpg.Connection, old: SecretBox, new: SecretBox) -> int:
     """Re-encrypt every signing secret and the key check under ``new``, in one transaction.
 
     Returns how many secrets were re-encrypted. Nothing changes unless every

@@ -8,6 +8,9 @@ and a receiver accepts the message if any of them matches.
 A tenant may also (or instead) sign with Ed25519 keys, the specification's
 asymmetric ``v1a`` scheme (:mod:`hookrelay.outbox.keys.ed25519`); a :class:`Signer` then puts
 those signatures in the same header, after the ``v1`` ones.
+
+This is the signing side only. Verifying is the receiver's: :mod:`hookrelay.receiver`
+(which ``hookrelay listen`` uses too).
 """
 
 from __future__ import annotations
@@ -17,17 +20,15 @@ import binascii
 import hashlib
 import hmac
 import secrets as _secrets
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from hookrelay.outbox.errors import ConfigurationError, SignatureError
+from hookrelay.outbox.errors import ConfigurationError
 from hookrelay.outbox.keys import ed25519
 
 SECRET_PREFIX = "whsec_"
 SIGNATURE_VERSION = "v1"
-DEFAULT_TOLERANCE_S = 300.0
 _SECRET_BYTES = 32
 
 
@@ -121,71 +122,3 @@ def webhook_headers(
 ) -> dict[str, str]:
     """The headers of a signed webhook; prefer a long-lived ``Signer`` on hot paths."""
     return Signer(secrets).headers(msg_id, timestamp, body)
-
-
-def verify(
-    secrets: Sequence[str],
-    headers: Mapping[str, str],
-    body: bytes,
-    *,
-    public_keys: Sequence[str] = (),
-    tolerance_s: float = DEFAULT_TOLERANCE_S,
-    now: float | None = None,
-) -> None:
-    """Check a received webhook as a Standard Webhooks receiver would.
-
-    Accepted if any ``v1`` signature matches one of ``secrets`` (``whsec_``) or
-    any ``v1a`` signature one of ``public_keys`` (``whpk_``). Raises
-    SignatureError if a header is missing, the timestamp is outside
-    ``tolerance_s`` of ``now`` (unix seconds), or nothing matches.
-    """
-    lowered = {k.lower(): v for k, v in headers.items()}
-    msg_id = _required(lowered, "webhook-id")
-    raw_ts = _required(lowered, "webhook-timestamp")
-    raw_sig = _required(lowered, "webhook-signature")
-
-    ts_text = raw_ts.strip()
-    if not ts_text.isascii() or not ts_text.isdigit():
-        raise SignatureError("webhook-timestamp is not an integer number of seconds")
-    timestamp = int(ts_text)
-    current = time.time() if now is None else now
-    # Checked before the signatures so a replayed old message is refused cheaply.
-    if timestamp < current - tolerance_s:
-        raise SignatureError("webhook-timestamp is too old")
-    if timestamp > current + tolerance_s:
-        raise SignatureError("webhook-timestamp is too far in the future")
-
-    received: dict[str, list[bytes]] = {SIGNATURE_VERSION: [], ed25519.SIGNATURE_VERSION: []}
-    for entry in raw_sig.split():
-        version, sep, encoded = entry.partition(",")
-        # Versions we hold no key for may sit beside the ones we check; skip them.
-        if not sep or version not in received:
-            continue
-        try:
-            received[version].append(base64.b64decode(encoded, validate=True))
-        except (binascii.Error, ValueError):
-            continue
-    hmacs = received[SIGNATURE_VERSION] if secrets else []
-    signatures = received[ed25519.SIGNATURE_VERSION] if public_keys else []
-    if not hmacs and not signatures:
-        wanted = " or ".join(v for v, keys in (("v1", secrets), ("v1a", public_keys)) if keys)
-        raise SignatureError(f"webhook-signature holds no well-formed {wanted or 'v1'} signature")
-
-    matched = False
-    if hmacs:
-        # Compare every pair, no early exit, so timing says nothing about which matched.
-        for want in Signer(secrets).digests(msg_id, timestamp, body):
-            for got in hmacs:
-                matched |= hmac.compare_digest(want, got)
-    # Public keys are no secret: an early exit there tells an attacker nothing.
-    if not matched and signatures:
-        matched = ed25519.matches(public_keys, msg_id, timestamp, body, signatures)
-    if not matched:
-        raise SignatureError("no signature matches")
-
-
-def _required(headers: Mapping[str, str], name: str) -> str:
-    value = headers.get(name)
-    if not value:
-        raise SignatureError(f"missing {name} header")
-    return value

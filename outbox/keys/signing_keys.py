@@ -27,8 +27,8 @@ __all__ = [
     "SigningKeyRow",
     "active_secrets",
     "issue_keys",
+    "list_signing_keys",
     "rotate_secret",
-    "signing_keys",
 ]
 
 
@@ -111,7 +111,7 @@ async def active_secrets(
     return {t: ActiveSecrets(values[t], expiry[t], tuple(keys[t])) for t in tenant_ids}
 
 
-async def signing_keys(
+async def list_signing_keys(
     conn: asyncpg.Connection, tenant_id: str
 ) -> tuple[SignatureScheme, list[SigningKeyRow]]:
     """The tenant's scheme and every key that signs now (public parts only), newest first."""

@@ -7,6 +7,9 @@ documentation and stay in the file, not in the statement. Blocks named
 
 asyncpg prepares and caches each statement per connection by its text, so
 handing out the same string object every time keeps them prepared.
+
+Also here: ``schema.sql`` and ``migrations/``, read as package data. Imports nothing
+of hookrelay.
 """
 
 from __future__ import annotations

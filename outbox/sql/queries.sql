@@ -344,10 +344,13 @@ due AS (
          LIMIT w.n
            FOR UPDATE SKIP LOCKED) r
 )
+-- A row still under a token was never given back: its lease ran out with no
+-- outcome written (a crash, or a write that failed), counted in lost_leases.
 UPDATE outbox o
    SET leased_until = now() + make_interval(secs => $4),
        lease_token = $6,
-       lease_owner = $5
+       lease_owner = $5,
+       lost_leases = o.lost_leases + (o.lease_token IS NOT NULL)::int
  WHERE o.id = ANY (ARRAY(SELECT id FROM due))
 RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url, o.host,
           -- The body is joined from events: the outbox row stays lean.
@@ -356,7 +359,8 @@ RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url
           o.attempts,
           o.budget_used,
           -- Read with the claim: a rotation committed before it is seen here.
-          (SELECT t.secret_version FROM tenants t WHERE t.id = o.tenant_id);
+          (SELECT t.secret_version FROM tenants t WHERE t.id = o.tenant_id),
+          o.lost_leases;
 
 -- name: claim_probe
 -- The single row a granted probe sends to host $1 (take_probes made its circuit
@@ -374,7 +378,9 @@ WITH probe AS (
 UPDATE outbox o
    SET leased_until = now() + make_interval(secs => $2),
        lease_token = $4,
-       lease_owner = $3
+       lease_owner = $3,
+       -- As in claim_lanes: a lease that ran out with no outcome written.
+       lost_leases = o.lost_leases + (o.lease_token IS NOT NULL)::int
   FROM probe
  WHERE o.id = probe.id
 RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url, o.host,
@@ -383,7 +389,8 @@ RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url
           o.attempts,
           o.budget_used,
           -- Read with the claim: a rotation committed before it is seen here.
-          (SELECT t.secret_version FROM tenants t WHERE t.id = o.tenant_id);
+          (SELECT t.secret_version FROM tenants t WHERE t.id = o.tenant_id),
+          o.lost_leases;
 
 -- name: hold_lanes
 -- Take the due rows of hosts $1 out of the claims' way while their circuit is
@@ -461,7 +468,8 @@ retried AS (
            budget_used = o.budget_used + 1,
            next_attempt_at = i.next_at,
            leased_until = NULL, lease_token = NULL, lease_owner = NULL,
-           last_error = i.error, last_status_code = i.status_code
+           last_error = i.error, last_status_code = i.status_code,
+           lost_leases = 0
       FROM input i
      WHERE o.id = i.id AND o.lease_token = i.token AND i.outcome = 'retry'
     RETURNING o.id, o.event_id, o.task_id, o.tenant_id, o.host, o.attempts AS number
@@ -767,26 +775,45 @@ SELECT clock_timestamp();
 -- Small batches ($2 rows) so no delete holds locks or bloats WAL for long.
 -- Only the log of events that are finished: nothing still in the outbox, and
 -- nothing an operator may still want to replay.
-DELETE FROM delivery_attempts
- WHERE id IN (
+-- FOR UPDATE SKIP LOCKED: every dispatcher runs a sweeper and every sweeper
+-- purges, so purges overlap; each batch takes rows no other purge holds rather
+-- than queueing on its row locks (only to find them gone when it commits).
+WITH doomed AS (
     SELECT a.id FROM delivery_attempts a
      WHERE a.attempted_at < $1
        AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = a.event_id)
        AND NOT EXISTS (SELECT 1 FROM dead_letters d
                         WHERE d.event_id = a.event_id AND d.replayed_at IS NULL)
-     LIMIT $2);
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+)
+DELETE FROM delivery_attempts a USING doomed d WHERE a.id = d.id;
 
 -- name: purge_tasks
 -- Finished tasks ($3: the terminal statuses) whose event is no longer waiting; idempotency keys go with
--- them (ON DELETE CASCADE), and so does their stored event (a task has one).
-WITH gone AS (
-    DELETE FROM tasks
-     WHERE id IN (
-        SELECT id FROM tasks
-         WHERE status = ANY($3::text[])
-           AND completed_at < $1 AND delivery_status <> 'pending'
-         LIMIT $2)
-    RETURNING event_id
+-- them (ON DELETE CASCADE, found by idempotency_keys_task), and so does their stored
+-- event (a task has one). $2 at a time. A task whose event is an open dead letter
+-- stays, as its attempt log does (purge_attempts): a replay puts the event back,
+-- and must find its task.
+-- FOR UPDATE SKIP LOCKED: concurrent purges take disjoint batches (as in
+-- purge_attempts), and a task a redelivery or replay holds is left to it. The
+-- lock also re-reads a row that changed since this statement's snapshot and
+-- checks it again: a task whose event was just put back (pending) is not
+-- taken, so no outbox row is left pointing at a purged task. The outbox is
+-- checked too, for an event queued by anything that left the summary alone.
+WITH doomed AS (
+    SELECT t.id FROM tasks t
+     WHERE t.status = ANY($3::text[])
+       AND t.completed_at < $1 AND t.delivery_status <> 'pending'
+       AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = t.event_id)
+       AND NOT EXISTS (SELECT 1 FROM dead_letters d
+                        WHERE d.event_id = t.event_id AND d.replayed_at IS NULL)
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+),
+gone AS (
+    DELETE FROM tasks t USING doomed d WHERE t.id = d.id
+    RETURNING t.event_id
 ),
 events_gone AS (
     DELETE FROM events e USING gone g WHERE e.event_id = g.event_id
@@ -797,14 +824,18 @@ SELECT count(*) FROM gone;
 -- Test events (no task) older than $1 that are finished: neither waiting in
 -- the outbox nor an unreplayed dead letter. Their attempt log goes by
 -- purge_attempts. Batches of $2.
-DELETE FROM events
- WHERE event_id IN (
+-- FOR UPDATE SKIP LOCKED: concurrent purges take disjoint batches (as in
+-- purge_attempts).
+WITH doomed AS (
     SELECT e.event_id FROM events e
      WHERE e.task_id IS NULL AND e.created_at < $1
        AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = e.event_id)
        AND NOT EXISTS (SELECT 1 FROM dead_letters d
                         WHERE d.event_id = e.event_id AND d.replayed_at IS NULL)
-     LIMIT $2);
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+)
+DELETE FROM events e USING doomed d WHERE e.event_id = d.event_id;
 
 -- name: destination_urls
 -- Migration host_keys: every (callback URL, stored host key) pair still in use,
@@ -923,9 +954,51 @@ SELECT id, at, actor, action, count, filter::text, reason
 -- A local fault (our resolver, file descriptors, HTTP pool): rows go back with
 -- their attempt budget unspent, due again in $3 s so that a fault that
 -- persists does not turn into a claim-fail-release loop. Fenced on the token.
+-- $4: the fault was a bug of ours in this event's attempt, counted like a lost
+-- lease (lost_leases), since it may well fail the same way every time.
 UPDATE outbox
-   SET leased_until = now() + make_interval(secs => $3), lease_token = NULL, lease_owner = NULL
+   SET leased_until = now() + make_interval(secs => $3), lease_token = NULL, lease_owner = NULL,
+       lost_leases = lost_leases + $4::int
  WHERE id = ANY($1::bigint[]) AND lease_token = $2;
+
+-- name: abandon_leases
+-- Rows $1 (under token $2) that are not to be sent: their leases ran out too many
+-- times in a row with no outcome written (lost_leases), or their stored event is
+-- gone. Dead-lettered with the reasons $3, one per row. No attempt is logged (none
+-- was made now, and writing the log may be what keeps failing); the task's summary
+-- says dead, and why. A row whose stored event is gone has no body for a letter,
+-- and one whose tenant is gone has no one to replay it: those are only removed.
+-- Returns each row taken, and whether it has a letter.
+WITH input AS (
+    SELECT * FROM unnest($1::bigint[], $3::text[]) AS i(id, error)
+),
+dead AS (
+    DELETE FROM outbox o USING input i
+     WHERE o.id = i.id AND o.lease_token = $2
+    RETURNING o.*, i.error
+),
+buried AS (
+    INSERT INTO dead_letters AS d (event_id, tenant_id, task_id, event_type, callback_url, host,
+                                   body, created_at, attempts, last_error, last_status_code)
+    SELECT x.event_id, x.tenant_id, x.task_id, x.event_type, x.callback_url, x.host, e.body,
+           x.created_at, x.attempts, x.error, x.last_status_code
+      FROM dead x JOIN events e ON e.event_id = x.event_id
+     WHERE EXISTS (SELECT 1 FROM tenants t WHERE t.id = x.tenant_id)
+    ON CONFLICT (event_id) DO UPDATE
+       SET failed_at = now(), attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error,
+           last_status_code = EXCLUDED.last_status_code, callback_url = EXCLUDED.callback_url,
+           host = EXCLUDED.host,
+           replayed_at = NULL, replayed_by = NULL
+    RETURNING d.event_id
+),
+summary AS (
+    UPDATE tasks t
+       SET delivery_status = 'dead', last_error = x.error, next_attempt_at = NULL,
+           updated_at = now()
+      FROM dead x
+     WHERE t.id = x.task_id AND t.event_id = x.event_id
+)
+SELECT x.id, x.event_id IN (SELECT event_id FROM buried) FROM dead x;
 
 -- name: _change_rows
 -- A logged change rendered as the task was at that version: what a change can
@@ -985,6 +1058,10 @@ SELECT c.seq, COALESCE(c.changed_at, t.updated_at) AS changed_at, t.*
 
 -- name: purge_changes
 -- Changes older than the stream retention, $2 at a time (task_changes_at).
-DELETE FROM task_changes
- WHERE (tenant_id, seq) IN (
-    SELECT tenant_id, seq FROM task_changes WHERE changed_at < $1 LIMIT $2);
+-- FOR UPDATE SKIP LOCKED: concurrent purges take disjoint batches (as in
+-- purge_attempts).
+WITH doomed AS (
+    SELECT tenant_id, seq FROM task_changes WHERE changed_at < $1 LIMIT $2
+       FOR UPDATE SKIP LOCKED
+)
+DELETE FROM task_changes c USING doomed d WHERE c.tenant_id = d.tenant_id AND c.seq = d.seq;

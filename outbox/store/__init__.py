@@ -15,17 +15,31 @@ drivers run on asyncpg, psycopg 3 or SQLAlchemy. One module per area:
 - :mod:`.destinations` per-host circuit state
 - :mod:`.deadletters`  dead letters: listing, lookup, replay
 - :mod:`.tenants`      tenants and signing secrets
-- :mod:`.metrics`      gauges read at scrape time
+- :mod:`.masterkey`    the master key check, re-encryption of every secret
+- :mod:`.console`      what the ops console reads beyond the other areas, its audit trail
+- :mod:`.metrics`      gauges read at scrape time, the readiness ping
 - :mod:`.retention`    purges past retention
-- :mod:`.schema`       the lock that serialises schema changes
 - :mod:`.steps`        statements as values, and the plans written over them
-- :mod:`.drivers`      runs a plan on the caller's connection; asyncpg's driver
-- :mod:`.via_psycopg`, :mod:`.via_sqlalchemy`  the drivers for those libraries (optional
-  extras); :mod:`.via_sqlalchemy_async` the async SQLAlchemy one (it needs greenlet)
+- :mod:`.drivers`      runs a plan on the caller's connection (asyncpg, psycopg 3, SQLAlchemy)
+
+and the connections and the schema: :mod:`.pool` (a pool that waits for the database),
+:mod:`.listener` (a LISTEN connection that comes back), :mod:`.migrations` with
+:mod:`.migration_steps` (numbered migrations) and :mod:`.schema` (their lock and record).
+
+May import (pyproject.toml's layers) :mod:`hookrelay.outbox.sql` (nothing else does),
+:mod:`hookrelay.outbox.destinations` (the host-key migration) and the shared errors,
+ids, metrics and models; nothing above it.
+
+The service's surface: the pool, the listener, the migrations and the channels by the
+names below, and the areas it reads as they are (:mod:`.changes` for the status
+streams, :mod:`.console`, :mod:`.destinations`, :mod:`.events` for its NOTIFY,
+:mod:`.metrics`); pyproject.toml's contract lists those five. Inside the outbox,
+modules import each other's modules directly.
 """
 
 from hookrelay.outbox.store import (
     changes,
+    console,
     deadletters,
     delivery,
     destinations,
@@ -33,12 +47,15 @@ from hookrelay.outbox.store import (
     metrics,
     retention,
     schema,
-    signals,
     tasks,
     tenants,
 )
 from hookrelay.outbox.store.changes import CHANGES_CHANNEL
 from hookrelay.outbox.store.events import OUTBOX_CHANNEL, TASKS_CHANNEL
+from hookrelay.outbox.store.listener import Listener
+from hookrelay.outbox.store.migrations import check_schema, migrate, migration_status
+from hookrelay.outbox.store.pool import TRANSIENT_ERRORS, create_pool
+from hookrelay.outbox.store.signals import parse_changes
 from hookrelay.outbox.store.tenants import KEYS_CHANNEL
 
 __all__ = [
@@ -46,15 +63,22 @@ __all__ = [
     "KEYS_CHANNEL",
     "OUTBOX_CHANNEL",
     "TASKS_CHANNEL",
+    "TRANSIENT_ERRORS",
+    "Listener",
     "changes",
+    "console",
+    "create_pool",
     "deadletters",
     "delivery",
     "destinations",
     "events",
     "metrics",
+    "check_schema",
+    "migrate",
+    "migration_status",
+    "parse_changes",
     "retention",
     "schema",
-    "signals",
     "tasks",
     "tenants",
 ]

@@ -19,6 +19,7 @@ _CLAIM_PROBE = sql("claim_probe")
 _HOLD_LANES = sql("hold_lanes")
 _RELEASE_LEASES = sql("release_leases")
 _DEFER_LEASES = sql("defer_leases")
+_ABANDON_LEASES = sql("abandon_leases")
 _RECORD_OUTCOMES = sql("record_outcomes")
 
 
@@ -33,12 +34,18 @@ class ClaimedEvent:
     event_type: str
     callback_url: str
     host: str
+    # None only if its stored event is gone (a database an older release purged
+    # under a redelivery): nothing to send.
     body: bytes
     attempts: int
     budget_used: int
-    # The tenant's signing-key version as of the claim (tenants.secret_version).
+    # The tenant's signing-key version as of the claim (tenants.secret_version);
+    # None if no such tenant (deleted before migration 0017 removed its rows too).
     secret_version: int
     token: UUID
+    # Leases of this row that ran out in a row with no outcome written, this
+    # claim's predecessor included (outbox.lost_leases).
+    lost_leases: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +67,9 @@ async def due_lanes(conn: asyncpg.Connection, *, upto: int) -> list[DueLane]:
 def _events(rows: Sequence[asyncpg.Record], token: UUID) -> list[ClaimedEvent]:
     # The hot path: one construction per row, positional in RETURNING's order.
     return [
-        ClaimedEvent(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], token)
+        ClaimedEvent(
+            r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], token, r[11]
+        )
         for r in rows
     ]
 
@@ -104,11 +113,30 @@ async def release_leases(conn: asyncpg.Connection, *, ids: Sequence[int], token:
 
 
 async def defer_leases(
-    conn: asyncpg.Connection, *, ids: Sequence[int], token: UUID, delay_s: float
+    conn: asyncpg.Connection,
+    *,
+    ids: Sequence[int],
+    token: UUID,
+    delay_s: float,
+    counted: bool = False,
 ) -> None:
     """Give rows back unspent, due again in ``delay_s``; rows no longer under ``token``
-    are left alone."""
-    await conn.execute(_DEFER_LEASES, ids, token, delay_s)
+    are left alone. ``counted``: the attempt failed with a bug of ours, which counts
+    towards the row's lost leases."""
+    await conn.execute(_DEFER_LEASES, ids, token, delay_s, counted)
+
+
+async def abandon_leases(
+    conn: asyncpg.Connection, *, rows: Sequence[tuple[int, str]], token: UUID
+) -> dict[int, bool]:
+    """Dead-letter rows ``(id, why)`` held under ``token`` without an attempt. For each
+    row that was still under it: whether it has a dead letter (False: its stored
+    event was gone, so it was only removed)."""
+    if not rows:
+        return {}
+    ids, errors = zip(*rows, strict=True)
+    found = await conn.fetch(_ABANDON_LEASES, list(ids), token, list(errors))
+    return {r[0]: r[1] for r in found}
 
 
 class OutcomeRow(NamedTuple):

@@ -20,7 +20,7 @@ from tenacity import (
 )
 
 from hookrelay.outbox.errors import DatabaseUnavailable
-from hookrelay.outbox.store.migrate import migrate
+from hookrelay.outbox.store.migrations import migrate
 
 log = logging.getLogger("hookrelay.db")
 T = TypeVar("T")

@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any, Literal
 
 from hookrelay.outbox import ids
-from hookrelay.outbox.dispatch.destinations import host_key
+from hookrelay.outbox.destinations import host_key
 from hookrelay.outbox.errors import InvalidTransition, TaskNotFound
 from hookrelay.outbox.models import (
     LIVE_STATUSES,
@@ -41,7 +41,8 @@ __all__ = [
 
 
 def destination_host(url: str) -> str:
-    """The destination key of a callback URL (``dispatch.destinations``), per-host limits' unit."""
+    """The destination key of a callback URL (``hookrelay.outbox.destinations``), the unit
+    of per-host limits."""
     return host_key(url)
 
 

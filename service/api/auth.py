@@ -9,8 +9,7 @@ from dataclasses import dataclass
 
 from starlette.requests import HTTPConnection, Request
 
-from hookrelay.outbox.store import KEYS_CHANNEL
-from hookrelay.outbox.store.listener import Listener
+from hookrelay.outbox.store import KEYS_CHANNEL, Listener
 from hookrelay.outbox.tenants import authenticate, hash_api_key
 from hookrelay.service.api.errors import Forbidden, Unauthorized
 

@@ -11,8 +11,7 @@ import logging
 from typing import Any
 from urllib.parse import urlsplit
 
-from hookrelay.outbox.egress.dns import Resolver
-from hookrelay.outbox.egress.ssrf import AddressPolicy, guard_target
+from hookrelay.outbox.egress import AddressPolicy, Resolver, guard_target
 from hookrelay.outbox.errors import (
     BlockedDestination,
     InvalidCallbackUrl,

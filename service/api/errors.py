@@ -45,7 +45,7 @@ from hookrelay.outbox.errors import (
     TenantNotFound,
     TestEventNotFound,
 )
-from hookrelay.outbox.store.pool import TRANSIENT_ERRORS
+from hookrelay.outbox.store import TRANSIENT_ERRORS
 
 log = logging.getLogger("hookrelay.api")
 

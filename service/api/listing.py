@@ -17,7 +17,7 @@ from datetime import datetime
 import asyncpg
 
 from hookrelay.outbox.models import Task
-from hookrelay.outbox.tasks.submit import Cursor, list_tasks
+from hookrelay.outbox.tasks import Cursor, list_tasks
 from hookrelay.service.api.errors import BadRequest
 
 CHUNK_ROWS = 20

@@ -10,11 +10,9 @@ import re
 from datetime import datetime
 from typing import Any
 
-from hookrelay.outbox.egress.dns import Resolver
-from hookrelay.outbox.egress.ssrf import AddressPolicy
-from hookrelay.outbox.tasks.progress import check_progress
-from hookrelay.outbox.tasks.submit import Cursor, NewTask
-from hookrelay.outbox.tasks.transitions import TERMINAL_STATUSES, TerminalStatus
+from hookrelay.outbox.egress import AddressPolicy, Resolver
+from hookrelay.outbox.models import TERMINAL_STATUSES, TerminalStatus
+from hookrelay.outbox.tasks import Cursor, NewTask, check_progress
 from hookrelay.service.api import request_guard as guard
 from hookrelay.service.api.callback_url import check_callback_url
 from hookrelay.service.api.errors import BadRequest, Unprocessable

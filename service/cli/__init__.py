@@ -1,4 +1,12 @@
-"""hookrelay: webhook delivery with a transactional outbox, signed callbacks and dead letters."""
+"""The ``hookrelay`` command: one parser for every subcommand, and the failure of any of
+them as an exit status and one line (:mod:`.failures`).
+
+The subcommands' own modules: :mod:`.database` (``migrate``, ``master-key``),
+:mod:`.dead_letters`, :mod:`.tenants`, :mod:`.listen` (a local receiver). ``serve``,
+``api`` and ``dispatch`` run :mod:`hookrelay.service.server.processes`.
+
+The top layer of the service: it may import every other package of it and the outbox.
+"""
 
 from __future__ import annotations
 
@@ -11,21 +19,25 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import replace
 from typing import Any, NoReturn
 
-from hookrelay.outbox.store.pool import create_pool
+from hookrelay.outbox.store import create_pool
+from hookrelay.service.api.release import release
 from hookrelay.service.cli import database as database_cli
 from hookrelay.service.cli import dead_letters as deadletters_cli
 from hookrelay.service.cli import failures, listen
 from hookrelay.service.cli import tenants as tenants_cli
-from hookrelay.service.cli.tty_text import fail, one_line
 from hookrelay.service.server import event_loop as serving
 from hookrelay.service.server import logs
 from hookrelay.service.server import processes as commands
 from hookrelay.service.server.open_database import open_database
 from hookrelay.service.server.prerequisites import Runtime, absolute, open_dsn, prepare
-from hookrelay.service.server.release import release
 from hookrelay.service.server.settings import Settings
+from hookrelay.service.server.supervisor import MAX_DEFAULT_WORKERS
+from hookrelay.service.server.tty_text import fail, one_line
 
 log = logging.getLogger("hookrelay")
+DESCRIPTION = (
+    "hookrelay: webhook delivery with a transactional outbox, signed callbacks and dead letters."
+)
 SERVICES = frozenset({"serve", "api", "dispatch"})
 EPILOG = """\
 Settings come from the environment, not from flags or files: DATABASE_URL (unset: an
@@ -72,10 +84,26 @@ def _port(raw: str) -> int:
     return port
 
 
-def _listen_options(parser: argparse.ArgumentParser) -> None:
+def _count(raw: str) -> int:
+    try:
+        count = int(raw)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {raw!r}")
+    return count
+
+
+def _listen_options(parser: argparse.ArgumentParser, *, workers: str) -> None:
     parser.add_argument("--host", help="address to listen on (default: HOOKRELAY_HOST, 127.0.0.1)")
     parser.add_argument(
         "--port", type=_port, help="port to listen on (default: HOOKRELAY_PORT, 8000)"
+    )
+    parser.add_argument(
+        "--workers",
+        type=_count,
+        metavar="N",
+        help=f"API worker processes sharing the port (default: HOOKRELAY_WORKERS, {workers})",
     )
 
 
@@ -89,7 +117,7 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="hookrelay",
-        description=__doc__,
+        description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -102,8 +130,14 @@ def _parser() -> argparse.ArgumentParser:
         help="log lines (JSON) from one-shot commands too; -vv for debug",
     )
     sub = p.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
-    _listen_options(sub.add_parser("serve", help="API + dispatcher + sweeper in one process"))
-    _listen_options(sub.add_parser("api", help="the HTTP API only"))
+    _listen_options(
+        sub.add_parser("serve", help="API + dispatcher + sweeper in one process"),
+        workers="1",
+    )
+    _listen_options(
+        sub.add_parser("api", help="the HTTP API only"),
+        workers=f"one per CPU, at most {MAX_DEFAULT_WORKERS}",
+    )
     sub.add_parser("dispatch", help="the dispatcher only (run as many as you like)")
     database_cli.add_parsers(sub)
     tenants_cli.add_parser(sub)
@@ -130,6 +164,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         settings = replace(settings, host=args.host)
     if getattr(args, "port", None) is not None:
         settings = replace(settings, port=args.port)
+    if getattr(args, "workers", None) is not None:
+        settings = replace(settings, workers=args.workers)
     return settings
 
 

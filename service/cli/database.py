@@ -9,10 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from hookrelay.outbox.errors import ConfigurationError
-from hookrelay.outbox.keys.at_rest import HOW_TO_GENERATE, KEY_FILE, SecretBox, parse_master_key
-from hookrelay.outbox.keys.master_key import rotate
-from hookrelay.outbox.store.migrate import status
-from hookrelay.outbox.store.pool import create_pool
+from hookrelay.outbox.keys import (
+    HOW_TO_GENERATE,
+    KEY_FILE,
+    SecretBox,
+    parse_master_key,
+    rotate_master_key,
+)
+from hookrelay.outbox.store import create_pool, migration_status
 from hookrelay.service.server.open_database import open_database
 from hookrelay.service.server.prerequisites import Runtime
 
@@ -41,7 +45,7 @@ async def run_migrate(runtime: Runtime, args: argparse.Namespace) -> None:
     pool = await create_pool(runtime.dsn, min_size=1, max_size=1, wait_s=runtime.settings.db_wait_s)
     try:
         async with pool.acquire() as conn:
-            rows = await status(conn)
+            rows = await migration_status(conn)
     finally:
         await pool.close()
     for m in rows:
@@ -77,7 +81,7 @@ async def run_rotate(runtime: Runtime) -> None:
     pool = await create_pool(runtime.dsn, min_size=1, max_size=1, wait_s=runtime.settings.db_wait_s)
     try:
         async with pool.acquire() as conn:
-            count = await rotate(conn, old, new)
+            count = await rotate_master_key(conn, old, new)
     finally:
         await pool.close()
     print(f"re-encrypted {count} signing secret(s): master key id {old.key_id} -> {new.key_id}")

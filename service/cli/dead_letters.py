@@ -11,16 +11,18 @@ import asyncpg
 
 from hookrelay.outbox.errors import OutboxError
 from hookrelay.outbox.models import iso
-from hookrelay.outbox.ops.audit import NO_REASON, bulk_replay, replay_audited
-from hookrelay.outbox.ops.dead_letters import (
+from hookrelay.outbox.ops import (
+    NO_REASON,
     DeadLetter,
     DeadLetterFilter,
+    bulk_replay,
     get_dead_letter,
     list_dead_letters,
+    replay_audited,
     to_resource,
 )
 from hookrelay.service.api.validation import timestamp
-from hookrelay.service.cli.tty_text import printable
+from hookrelay.service.server.tty_text import printable
 
 PAGE = 1000
 

@@ -4,7 +4,7 @@
 credentials, a busy port, a missing data directory); 1 is anything else (the
 database unreachable, a dead letter not found). No traceback reaches the
 terminal unless ``-v`` asked for it, and no secret does: DSN passwords and the
-configured token and key are masked by :func:`hookrelay.service.cli.tty_text.one_line`.
+configured token and key are masked by :func:`hookrelay.service.server.tty_text.one_line`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import asyncpg
 from hookrelay.outbox.errors import ConfigurationError, DatabaseUnavailable, OutboxError
 from hookrelay.service.api.errors import ApiError
 from hookrelay.service.server.settings import SettingsError
+from hookrelay.service.server.supervisor import WorkerFailed
 
 CONFIG = 2
 FAILURE = 1
@@ -21,6 +22,8 @@ FAILURE = 1
 
 def explain(exc: BaseException) -> tuple[int, str]:
     """``(exit status, message)`` for an exception that ended a command."""
+    if isinstance(exc, WorkerFailed):
+        return exc.status, str(exc)
     if isinstance(exc, SettingsError):
         return CONFIG, str(exc).replace(":\n  ", ": ").replace("\n  ", "; ")
     if isinstance(exc, ConfigurationError):

@@ -20,7 +20,6 @@ from typing import Any
 import httpx
 from aiohttp import web
 
-from hookrelay.outbox.errors import OutboxError
 from hookrelay.service.cli.listen_verify import Verdict, verifier_from_args
 
 # Headers a receiver needs to verify again; hop-by-hop ones are not passed on.
@@ -149,7 +148,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     try:
         verifier_from_args(args)
-    except OutboxError as exc:
+    except ValueError as exc:
         print(f"hookrelay listen: {exc}", file=sys.stderr)
         return 2
     with contextlib.suppress(KeyboardInterrupt):

@@ -1,8 +1,10 @@
-"""How ``hookrelay listen`` judges a webhook's signature: with the library's own verifier.
+"""How ``hookrelay listen`` judges a webhook's signature: with the receivers' own verifier.
 
 ``--secret whsec_...`` checks ``v1`` (HMAC) signatures, ``--public-key whpk_...``
 ``v1a`` (Ed25519) ones; each may be given more than once, for the old and the new
-key while a rotation overlaps. With both, either scheme verifying is enough.
+key while a rotation overlaps. With both, either scheme verifying is enough. The
+checks are :mod:`hookrelay.receiver`'s, so ``listen`` accepts exactly what a receiver
+built on it accepts.
 """
 
 from __future__ import annotations
@@ -11,8 +13,7 @@ import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from hookrelay.outbox.errors import SignatureError
-from hookrelay.outbox.keys import ed25519, signing
+from hookrelay import receiver
 
 
 @dataclass(frozen=True)
@@ -22,17 +23,26 @@ class Verdict:
     text: str
 
 
-@dataclass(frozen=True)
 class Verifier:
     """Verifies with ``whsec_`` secrets and ``whpk_`` public keys, or (none given) only
-    says it did not check."""
+    says it did not check. ValueError at once for a malformed secret or key."""
 
-    secrets: tuple[str, ...] = ()
-    public_keys: tuple[str, ...] = ()
+    def __init__(self, secrets: tuple[str, ...] = (), public_keys: tuple[str, ...] = ()) -> None:
+        for key in public_keys:
+            if not key.startswith("whpk_"):
+                raise ValueError("public key does not start with 'whpk_'")
+        self.secrets, self.public_keys = secrets, public_keys
+        # One receiver verifier per scheme given, to say which one verified.
+        given = (("v1", secrets, ()), ("v1a", (), public_keys))
+        self._schemes = [
+            (scheme, receiver.Verifier(secrets=s, public_keys=k))
+            for scheme, s, k in given
+            if s or k
+        ]
 
     @property
     def checks(self) -> bool:
-        return bool(self.secrets or self.public_keys)
+        return bool(self._schemes)
 
     @property
     def banner(self) -> str:
@@ -57,15 +67,12 @@ class Verifier:
                 False, False, "signature not checked (no --secret or --public-key given)"
             )
         reasons: dict[str, None] = {}
-        for scheme, secrets, keys in (
-            ("v1", self.secrets, ()),
-            ("v1a", (), self.public_keys),
-        ):
-            if not secrets and not keys:
-                continue
+        for scheme, verify in self._schemes:
             try:
-                signing.verify(secrets, headers, body, public_keys=keys)
-            except SignatureError as exc:
+                verify(headers, body)
+            except receiver.InvalidPayload:
+                pass  # signed, though no webhook event: its body is printed as it is
+            except receiver.VerificationError as exc:
                 reasons[str(exc)] = None
                 continue
             return Verdict(True, True, f"signature verified ({scheme})")
@@ -73,12 +80,6 @@ class Verifier:
 
 
 def verifier_from_args(args: argparse.Namespace) -> Verifier:
-    """The verifier the options ask for; ConfigurationError for a malformed secret or key."""
-    secrets = tuple(args.secret or ())
-    public_keys = tuple(args.public_key or ())
-    # Fail at start, not on the first webhook.
-    for secret in secrets:
-        signing.secret_key(secret)
-    for key in public_keys:
-        ed25519.load_public_key(key)
-    return Verifier(secrets, public_keys)
+    """The verifier the options ask for; ValueError for a malformed secret or key (at
+    start, not on the first webhook)."""
+    return Verifier(tuple(args.secret or ()), tuple(args.public_key or ()))

@@ -10,8 +10,8 @@ import asyncpg
 
 from hookrelay.outbox.models import SignatureScheme, iso
 from hookrelay.outbox.tenants import create_tenant, list_tenants, rotate_api_key
-from hookrelay.service.cli.tty_text import printable
 from hookrelay.service.server.prerequisites import Runtime
+from hookrelay.service.server.tty_text import printable
 
 PAGE = 1000
 

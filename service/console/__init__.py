@@ -3,6 +3,11 @@
 Plain forms that work without JavaScript; one small script refreshes the
 overview. Every asset is served from here (no CDN, no outside font), under a
 strict Content-Security-Policy. Only the admin token signs in.
+
+:mod:`.pages` (the handlers), :mod:`.views` (rendering), :mod:`.security` (session,
+CSRF, sign-in throttle). Builds on :mod:`hookrelay.service.api` (its errors and
+validation) and the outbox; ``hookrelay.service.server.app`` mounts it. Never imports
+the live streams, the server or the CLI.
 """
 
 from __future__ import annotations

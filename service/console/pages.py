@@ -11,14 +11,13 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from hookrelay.outbox import ops
 from hookrelay.outbox.errors import OutboxError
 from hookrelay.outbox.models import ErrorClass
-from hookrelay.outbox.ops import audit as ops
-from hookrelay.outbox.ops.dead_letters import DeadLetterFilter, list_dead_letters
+from hookrelay.outbox.ops import DeadLetterFilter, list_dead_letters
 from hookrelay.outbox.store import console as store
 from hookrelay.outbox.store import destinations as destination_store
-from hookrelay.outbox.tasks.redelivery import redeliver
-from hookrelay.outbox.tasks.submit import Cursor, get_task
+from hookrelay.outbox.tasks import Cursor, get_task, redeliver
 from hookrelay.outbox.tenants import create_tenant, list_tenants, rotate_api_key, rotate_secret
 from hookrelay.service.api import validation
 from hookrelay.service.api.errors import BadRequest

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.templating import Jinja2Templates
 
-from hookrelay.outbox.ops.audit import MinuteCount
+from hookrelay.outbox.ops import MinuteCount
 from hookrelay.service.console.security import csrf_token, signed_in
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")

@@ -22,8 +22,13 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from hookrelay.outbox.store import CHANGES_CHANNEL, TASKS_CHANNEL, changes, signals
-from hookrelay.outbox.store.listener import Listener
+from hookrelay.outbox.store import (
+    CHANGES_CHANNEL,
+    TASKS_CHANNEL,
+    Listener,
+    changes,
+    parse_changes,
+)
 from hookrelay.service.api.errors import ApiError, ServiceUnavailable
 from hookrelay.service.live.changes import Change, Reset
 from hookrelay.service.live.coalesce import Coalesced
@@ -60,7 +65,10 @@ class _Tenant:
 
 
 class StreamHub:
-    """Subscriptions to tenants' changes; :meth:`start` before use, :meth:`stop` at exit."""
+    """Subscriptions to tenants' changes; :meth:`start` before use, :meth:`stop` at exit.
+
+    The :class:`~hookrelay.service.live.subscription.Feed` of every subscription it opens.
+    """
 
     def __init__(self, dsn: str, *, per_tenant: int = 500, queue_size: int = 1000) -> None:
         self.per_tenant, self.queue_size = per_tenant, queue_size
@@ -237,7 +245,7 @@ class StreamHub:
             self._schedule(tenant)
 
     def _notified(self, payload: str) -> None:
-        changed = signals.parse_changes(payload)
+        changed = parse_changes(payload)
         if changed is None:  # not ours to parse: look at every tenant
             for tenant in self._tenants.values():
                 self._schedule(tenant)

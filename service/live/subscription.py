@@ -6,6 +6,10 @@ resumed from an earlier position. Catching up is paced by the consumer (it
 reads the next page only when it has taken the last), so neither mode buffers
 without bound; a live consumer that falls more than ``queue_size`` behind is
 dropped and resumes from the log with its last position.
+
+What a subscription needs from its source is :class:`Feed`, a protocol owned here;
+the hub (``hookrelay.service.live.hub``) implements it, so this module knows
+nothing of the hub.
 """
 
 from __future__ import annotations
@@ -13,18 +17,36 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from hookrelay.service.live.changes import Change, DropReason, Reset
 
-if TYPE_CHECKING:
-    from hookrelay.service.live.hub import StreamHub
+
+class Feed(Protocol):
+    """Where a subscription's changes come from (the stream hub)."""
+
+    def index(self, sub: Subscription, task_ids: Iterable[str] | None) -> None:
+        """``sub`` now watches these tasks (None: every task)."""
+        ...
+
+    def unindex(self, sub: Subscription, task_ids: Iterable[str] | None) -> None:
+        """``sub`` no longer watches these tasks (None: no longer every task)."""
+        ...
+
+    async def catch_up(self, sub: Subscription) -> None:
+        """Read the next page of the log for ``sub``, which resumed (it gets
+        :meth:`Subscription.caught_up`)."""
+        ...
+
+    def release(self, sub: Subscription) -> None:
+        """Called by a subscription that ended."""
+        ...
 
 
 class Subscription:
     """Changes of one tenant's watched tasks, in order, each once; see :meth:`get`."""
 
-    def __init__(self, hub: StreamHub, tenant_id: str, *, after: int, live: bool) -> None:
+    def __init__(self, hub: Feed, tenant_id: str, *, after: int, live: bool) -> None:
         self.tenant_id = tenant_id
         self._hub = hub
         self._cursor = after  # the last change handed out (or passed over)

@@ -21,8 +21,7 @@ from starlette.websockets import WebSocket
 
 from hookrelay.outbox.errors import DatabaseUnavailable
 from hookrelay.outbox.models import iso
-from hookrelay.outbox.store import changes
-from hookrelay.outbox.store.pool import TRANSIENT_ERRORS
+from hookrelay.outbox.store import TRANSIENT_ERRORS, changes
 from hookrelay.service.api.errors import ApiError, BadRequest, ServiceUnavailable, Unprocessable
 from hookrelay.service.live import ws_messages as msg
 from hookrelay.service.live.changes import Change, Reset

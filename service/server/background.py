@@ -19,11 +19,10 @@ from collections.abc import AsyncIterator, Callable
 
 import asyncpg
 
-from hookrelay.outbox.dispatch.attempt import AttemptLimits
-from hookrelay.outbox.dispatch.dispatcher import Dispatcher, DispatcherConfig
-from hookrelay.outbox.egress.http import build_sender
-from hookrelay.outbox.store.pool import create_pool
-from hookrelay.outbox.tasks.timeouts import sweeping
+from hookrelay.outbox.dispatch import AttemptLimits, Dispatcher, DispatcherConfig
+from hookrelay.outbox.egress import build_sender
+from hookrelay.outbox.store import create_pool
+from hookrelay.outbox.tasks import sweeping
 from hookrelay.service.live.wakeups import Signals
 from hookrelay.service.server import event_loop as serving
 from hookrelay.service.server.prerequisites import Runtime
@@ -98,7 +97,7 @@ class _DispatcherThread(threading.Thread):
 def dispatcher_background(
     runtime: Runtime,
 ) -> Callable[[asyncpg.Pool, Signals], contextlib.AbstractAsyncContextManager[Dispatcher]]:
-    """A ``Background`` for :func:`hookrelay.service.api.app.create_app`: the dispatcher on a
+    """A ``Background`` for :func:`hookrelay.service.server.app.create_app`: the dispatcher on a
     loop and a pool of its own (the API's pool is not used), woken directly by
     the API's commits of new events."""
 

@@ -24,7 +24,7 @@ import asyncpg
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
-from hookrelay.outbox.dispatch.dispatcher import Dispatcher
+from hookrelay.outbox.dispatch import Dispatcher
 from hookrelay.service.api.errors import HANDLERS
 from hookrelay.service.api.request_guard import GuardMiddleware
 from hookrelay.service.api.routes import health, metrics

@@ -12,6 +12,14 @@ before the app's 431. Here, per connection:
 - past ``max_connections`` open connections a new one gets 503 and is closed at
   once, so its descriptor is freed and the process keeps descriptors for the
   dispatcher's own connections and the database.
+
+uvicorn offers no public way to do any of this (its issue #157 has asked for request
+timeouts since 2018), so this subclasses its ``HttpToolsProtocol``, which is not a
+public API: the overridden parser callbacks, ``connections``, ``parser``, ``flow``,
+``cycle`` and the cycle's ``response_started``, ``disconnected`` and
+``message_event``. pyproject.toml pins uvicorn to the releases that were tested
+(0.30 to 0.55), and tests/test_uvicorn_internals.py fails, naming the piece, when a
+release changes any of them.
 """
 
 from __future__ import annotations

@@ -37,9 +37,18 @@ class Stopping:
         self.requested = False
         self._on_stop: list[Callable[[], None]] = []
         self._on_force: list[Callable[[], None]] = []
+        self._forced_by: int | None = None
 
     @contextlib.contextmanager
-    def handling_signals(self) -> Iterator[Stopping]:
+    def handling_signals(self, *, forced_by: int | None = None) -> Iterator[Stopping]:
+        """SIGTERM and SIGINT request the stop; a second one forces it.
+
+        ``forced_by``: this signal alone forces the stop, and a repeated one of the
+        others changes nothing. A worker process (service/server/supervisor.py) is
+        sent SIGTERM by its supervisor and, under systemd, by the service manager
+        too: two of them must not cut its open requests off.
+        """
+        self._forced_by = forced_by
         loop = asyncio.get_running_loop()
         for sig in SIGNALS:
             loop.add_signal_handler(sig, self._signal, sig)
@@ -64,15 +73,29 @@ class Stopping:
         self._on_force.append(callback)
 
     def _signal(self, sig: int) -> None:
-        if self.requested:
-            log.warning("%s again: stopping without waiting", signal.Signals(sig).name)
-            for force in self._on_force:
-                force()
+        name = signal.Signals(sig).name
+        if self._forced_by is not None and sig != self._forced_by:
+            if not self.requested:
+                self._request(name)
             return
+        if self.requested:
+            log.warning("%s again: stopping without waiting", name)
+            self._force()
+            return
+        self._request(name)
+        if sig == self._forced_by:
+            log.warning("%s received: stopping without waiting", name)
+            self._force()
+
+    def _request(self, name: str) -> None:
         self.requested = True
-        log.info("%s received: stopping", signal.Signals(sig).name)
+        log.info("%s received: stopping", name)
         for callback in list(self._on_stop):
             callback()
+
+    def _force(self) -> None:
+        for force in self._on_force:
+            force()
 
     @contextlib.asynccontextmanager
     async def interruptible(self) -> AsyncIterator[None]:

@@ -7,7 +7,7 @@ import logging
 import sys
 from datetime import UTC, datetime
 
-from hookrelay.service.cli.tty_text import one_line
+from hookrelay.service.server.tty_text import one_line
 
 CONTEXT_KEYS = ("task_id", "event_id", "tenant_id", "counters")
 

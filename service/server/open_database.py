@@ -14,10 +14,14 @@ import contextlib
 import logging
 
 from hookrelay.outbox.errors import ConfigurationError
-from hookrelay.outbox.keys.at_rest import KEY_FILE, key_id, parse_master_key
-from hookrelay.outbox.keys.master_key import MasterKeyMismatch, verify_or_record
-from hookrelay.outbox.store import migrate
-from hookrelay.outbox.store.pool import create_pool
+from hookrelay.outbox.keys import (
+    KEY_FILE,
+    MasterKeyMismatch,
+    key_id,
+    parse_master_key,
+    verify_or_record,
+)
+from hookrelay.outbox.store import check_schema, create_pool
 from hookrelay.service.server.prerequisites import Runtime
 
 log = logging.getLogger("hookrelay")
@@ -33,7 +37,7 @@ async def open_database(
     pool = await create_pool(runtime.dsn, min_size=1, max_size=1, wait_s=runtime.settings.db_wait_s)
     try:
         async with pool.acquire() as conn:
-            state, applied = await migrate.check(conn, apply=apply)
+            state, applied = await check_schema(conn, apply=apply)
             for m in applied:
                 log.info("applied migration %s", m.label)
             if state.unknown:

@@ -15,12 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hookrelay.outbox.errors import ConfigurationError
-from hookrelay.outbox.keys.at_rest import (
-    KEY_FILE,
-    SecretBox,
-    load_or_create_master_key,
-    parse_master_key,
-)
+from hookrelay.outbox.keys import KEY_FILE, SecretBox, load_or_create_master_key, parse_master_key
 from hookrelay.service.server import embedded
 from hookrelay.service.server.embedded import Embedded
 from hookrelay.service.server.settings import Settings

@@ -7,16 +7,18 @@ until SIGTERM or SIGINT, and always lets go of the embedded server last.
 from __future__ import annotations
 
 import logging
+import socket
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 
-from hookrelay.outbox.store.pool import create_pool
-from hookrelay.outbox.tasks.timeouts import sweeping
-from hookrelay.service.api.app import create_app
-from hookrelay.service.cli.tty_text import printable
-from hookrelay.service.server import dispatch_http, lifecycle
+from hookrelay.outbox.store import create_pool
+from hookrelay.outbox.tasks import sweeping
+from hookrelay.service.api.routes.metrics import ResponseCounter
+from hookrelay.service.server import dispatch_http, lifecycle, supervisor
 from hookrelay.service.server import event_loop as serving
+from hookrelay.service.server.app import create_app
 from hookrelay.service.server.background import (
     dispatcher_background,
     make_dispatcher,
@@ -26,6 +28,7 @@ from hookrelay.service.server.lifecycle import Stopped, Stopping
 from hookrelay.service.server.open_database import open_database
 from hookrelay.service.server.prerequisites import Runtime, existing_admin_token, prepare
 from hookrelay.service.server.settings import Settings
+from hookrelay.service.server.tty_text import printable
 
 log = logging.getLogger("hookrelay")
 
@@ -54,8 +57,9 @@ def _where(runtime: Runtime) -> list[str]:
     return [*lines, f"data directory:  {s.data_dir}{unused}"]
 
 
-def _banner(runtime: Runtime, url: str) -> None:
+def _banner(runtime: Runtime, url: str, processes: str) -> None:
     lines = [f"hookrelay listening on {url}", *_where(runtime)]
+    lines.append(f"processes:       {processes}")
     lines.append(f"admin token:     {runtime.admin_token_source()}")
     if runtime.admin_token_created:
         lines.append(
@@ -81,10 +85,53 @@ def _url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+async def run_api(
+    runtime: Runtime,
+    app: Starlette,
+    sock: socket.socket,
+    stopping: Stopping,
+    *,
+    with_dispatcher: bool,
+    on_listening: Callable[[], None],
+) -> bool:
+    """Serve ``app`` on ``sock`` until ``stopping``; False if it never started listening.
+
+    The whole API of ``serve`` and ``api`` with one worker, and each API worker of several.
+    """
+    settings = runtime.settings
+    # Descriptors kept for the dispatcher's deliveries and the database pools.
+    reserve = (settings.concurrency if with_dispatcher else 0) + 2 * settings.db_pool_size
+    limits = serving.ConnectionLimits(
+        header_timeout_s=settings.header_timeout_s,
+        body_timeout_s=settings.body_timeout_s,
+        max_connections=serving.descriptor_cap(settings.max_connections, reserve + 64),
+        ws_ping_s=settings.ws_ping_s,
+    )
+    config = serving.uvicorn_config(
+        # Counted outside Starlette's own error handling, so its 500s are counted too.
+        ResponseCounter(app),
+        host=settings.host,
+        port=settings.port,
+        graceful_s=int(settings.http_timeout_s) + 5,
+        limits=limits,
+    )
+    server = lifecycle.Server(
+        config, on_listening=on_listening, on_shutdown=lambda: _end_long_responses(app)
+    )
+    stopping.on_stop(server.stop, force=server.force)
+    await server.serve(sockets=[sock])
+    return server.started
+
+
 async def serve(settings: Settings, *, with_dispatcher: bool) -> None:
-    """``serve`` (API, dispatcher and sweeper) or ``api`` (the API alone)."""
+    """``serve`` (API, dispatcher and sweeper) or ``api`` (the API alone).
+
+    With more than one worker (``--workers``, ``HOOKRELAY_WORKERS``) this process
+    supervises the workers instead of serving (service/server/supervisor.py).
+    """
     stopping = Stopping()
     runtime: Runtime | None = None
+    workers = supervisor.workers_for(settings, with_dispatcher=with_dispatcher)
     with stopping.handling_signals():
         sock = lifecycle.bind(settings.host, settings.port)
         try:
@@ -92,35 +139,26 @@ async def serve(settings: Settings, *, with_dispatcher: bool) -> None:
                 # Only `serve` may create a data directory (and an embedded database).
                 runtime = prepare(settings, may_create=with_dispatcher)
                 await open_database(runtime)
-            background = (
-                [dispatcher_background(runtime), sweeper_background(runtime)]
-                if with_dispatcher
-                else []
-            )
-            app = create_app(runtime, background=background)
-            # Descriptors kept for the dispatcher's deliveries and the database pools.
-            reserve = (settings.concurrency if with_dispatcher else 0) + 2 * settings.db_pool_size
-            limits = serving.ConnectionLimits(
-                header_timeout_s=settings.header_timeout_s,
-                body_timeout_s=settings.body_timeout_s,
-                max_connections=serving.descriptor_cap(settings.max_connections, reserve + 64),
-                ws_ping_s=settings.ws_ping_s,
-            )
-            config = serving.uvicorn_config(
-                app,
-                host=settings.host,
-                port=settings.port,
-                graceful_s=int(settings.http_timeout_s) + 5,
-                limits=limits,
-            )
-            ready = runtime
-            server = lifecycle.Server(
-                config,
-                on_listening=lambda: _banner(ready, _url(settings.host, settings.port)),
-                on_shutdown=lambda: _end_long_responses(app),
-            )
-            stopping.on_stop(server.stop, force=server.force)
-            await server.serve(sockets=[sock])
+            ready, url = runtime, _url(settings.host, settings.port)
+            described = supervisor.describe(workers, with_dispatcher=with_dispatcher)
+            if workers == 1:
+                background = (
+                    [dispatcher_background(runtime), sweeper_background(runtime)]
+                    if with_dispatcher
+                    else []
+                )
+                await run_api(
+                    runtime,
+                    create_app(runtime, background=background),
+                    sock,
+                    stopping,
+                    with_dispatcher=with_dispatcher,
+                    on_listening=lambda: _banner(ready, url, described),
+                )
+            else:
+                await supervisor.Supervisor(
+                    runtime, sock, stopping, workers=workers, with_dispatcher=with_dispatcher
+                ).run(on_ready=lambda: _banner(ready, url, described))
         except Stopped:
             log.info("stopped while starting")
         finally:

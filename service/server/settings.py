@@ -10,15 +10,11 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
-from hookrelay.outbox.dispatch.attempt import AttemptLimits
-from hookrelay.outbox.dispatch.circuit import BreakerPolicy
-from hookrelay.outbox.dispatch.dispatcher import DispatcherConfig
-from hookrelay.outbox.dispatch.retry import RetryPolicy
-from hookrelay.outbox.egress import dns
-from hookrelay.outbox.egress.ssrf import AddressPolicy
+from hookrelay.outbox.dispatch import AttemptLimits, BreakerPolicy, DispatcherConfig, RetryPolicy
+from hookrelay.outbox.egress import DNS_SUBMIT_TIMEOUT_S, DNS_TIMEOUT_S, AddressPolicy
 from hookrelay.outbox.errors import ConfigurationError
-from hookrelay.outbox.keys.at_rest import parse_master_key
-from hookrelay.outbox.tasks.timeouts import Retention
+from hookrelay.outbox.keys import parse_master_key
+from hookrelay.outbox.tasks import Retention
 
 # The numeric settings: int or float, and comparable with 0.
 N = TypeVar("N", int, float)
@@ -117,8 +113,8 @@ class Settings:
     lease_s: float = DispatcherConfig.lease_s
     http_timeout_s: float = AttemptLimits.total_timeout_s
     connect_timeout_s: float = 5.0
-    dns_submit_timeout_s: float = dns.SUBMIT_TIMEOUT_S
-    dns_timeout_s: float = dns.DELIVERY_TIMEOUT_S
+    dns_submit_timeout_s: float = DNS_SUBMIT_TIMEOUT_S
+    dns_timeout_s: float = DNS_TIMEOUT_S
     dns_servers: str = ""
     concurrency: int = DispatcherConfig.concurrency
     per_host_concurrency: int = DispatcherConfig.per_host_concurrency
@@ -139,6 +135,10 @@ class Settings:
     port: int = 8000
     # ``hookrelay dispatch``'s own HTTP port (None: it serves none).
     metrics_port: int | None = METRICS_PORT
+    # API worker processes of ``serve`` and ``api`` sharing the port (also ``--workers N``).
+    # None: the command's default, ``api`` one per usable CPU (at most 4) and ``serve`` 1
+    # (service/server/supervisor.py, default_workers, says why).
+    workers: int | None = None
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
     max_connections: int = 1000
@@ -201,6 +201,7 @@ class Settings:
             "host": ("HOOKRELAY_HOST", str),
             "port": ("HOOKRELAY_PORT", _positive(int)),
             "metrics_port": ("HOOKRELAY_METRICS_PORT", _metrics_port),
+            "workers": ("HOOKRELAY_WORKERS", _positive(int)),
             "header_timeout_s": ("HOOKRELAY_HEADER_TIMEOUT_S", _positive(float)),
             "body_timeout_s": ("HOOKRELAY_BODY_TIMEOUT_S", _positive(float)),
             "max_connections": ("HOOKRELAY_MAX_CONNECTIONS", _positive(int)),

@@ -1,9 +1,9 @@
 """Running a plan (``store.steps``) on the caller's connection, whatever its driver.
 
-A driver does two things: open an atomic block on the caller's connection, and
-run one step, giving back the row as asyncpg would (a mapping, timestamps in
-UTC; the steps read JSON as text and decode it themselves, so no connection
-needs a JSON codec). The atomic block is a savepoint if the caller has a
+What a driver is, and asyncpg's, are in :mod:`.base`. The adapters for the other
+libraries (:mod:`.psycopg`, :mod:`.sqlalchemy`, :mod:`.sqlalchemy_async`) build on
+that and import nothing from here: this module picks one of them, never the other
+way round. The atomic block is a savepoint if the caller has a
 transaction open, else a transaction of its own, as asyncpg's and psycopg's
 ``transaction()`` do; under SQLAlchemy it is SQLAlchemy's own nested
 transaction (``hookrelay.outbox.store.drivers.sqlalchemy``). Given an asyncpg
@@ -14,39 +14,28 @@ The driver is picked by the connection's type, once per type. psycopg and
 SQLAlchemy are optional extras: their modules are imported only when one of
 their connections is seen. asyncpg's connection is used as it is, so the
 service's own calls pay for one lookup and one small object.
+
+Of hookrelay, this package and its adapters import only :mod:`hookrelay.outbox.store.steps`
+and :mod:`hookrelay.outbox.errors`.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
-from typing import Any, Protocol, TypeVar, cast
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar, cast
 
 from hookrelay.outbox.errors import DatabaseUnavailable
+from hookrelay.outbox.store.drivers.base import (
+    AsyncDriver,
+    AsyncpgDriver,
+    AsyncpgPoolDriver,
+    SyncDriver,
+    family,
+)
 from hookrelay.outbox.store.steps import Plan, Row, Step
 
 T = TypeVar("T")
-
-
-class AsyncDriver(Protocol):
-    def atomic(self) -> AbstractAsyncContextManager[Any]: ...
-
-    def fetch(self, step: Step) -> Awaitable[Row | None]:
-        """The step's row (None if it returns none); anything, if ``decode`` is None."""
-        ...
-
-    def lost(self, exc: Exception) -> bool:
-        """Whether ``exc`` means the connection is gone (:class:`DatabaseUnavailable`)."""
-        ...
-
-
-class SyncDriver(Protocol):
-    def atomic(self) -> AbstractContextManager[Any]: ...
-
-    def fetch(self, step: Step) -> Row | None: ...
-
-    def lost(self, exc: Exception) -> bool: ...
 
 
 @contextlib.contextmanager
@@ -94,55 +83,6 @@ def run_sync(conn: object, plan: Plan[T]) -> T:
             sent = _answer(step, driver.fetch(step))
 
 
-class AsyncpgDriver:
-    """An asyncpg connection (or pool proxy), with or without JSON codecs: the steps
-    send and read JSON as text. ``borrowed``: it is SQLAlchemy's, whose loss is
-    reported as :class:`DatabaseUnavailable` (asyncpg's own connections keep
-    asyncpg's errors, which the service's handlers know)."""
-
-    __slots__ = ("borrowed", "conn")
-
-    def __init__(self, conn: Any, borrowed: bool = False) -> None:
-        self.conn = conn
-        self.borrowed = borrowed
-
-    def atomic(self) -> AbstractAsyncContextManager[Any]:
-        return cast(AbstractAsyncContextManager[Any], self.conn.transaction())
-
-    def fetch(self, step: Step) -> Awaitable[Any]:
-        # asyncpg's own awaitable, not a coroutine around it: this is the API's path.
-        # What execute() gives back (a status string) is never decoded.
-        if step.decode is None:
-            return cast(Awaitable[Any], self.conn.execute(step.sql, *step.args))
-        return cast(Awaitable[Any], self.conn.fetchrow(step.sql, *step.args))
-
-    def lost(self, exc: Exception) -> bool:
-        return self.borrowed and bool(self.conn.is_closed())
-
-
-class AsyncpgPoolDriver:
-    """An asyncpg pool: one of its connections, for the call, in a transaction of its own."""
-
-    __slots__ = ("inner", "pool")
-
-    def __init__(self, pool: Any) -> None:
-        self.pool = pool
-        self.inner: AsyncpgDriver | None = None
-
-    @contextlib.asynccontextmanager
-    async def atomic(self) -> AsyncIterator[None]:
-        async with self.pool.acquire() as conn, conn.transaction():
-            self.inner = AsyncpgDriver(conn)
-            yield
-
-    def fetch(self, step: Step) -> Awaitable[Any]:
-        assert self.inner is not None, "fetch runs inside atomic()"
-        return self.inner.fetch(step)
-
-    def lost(self, exc: Exception) -> bool:
-        return False
-
-
 _ASYNC: dict[type, Callable[[Any], AsyncDriver]] = {}
 _SYNC: dict[type, Callable[[Any], SyncDriver]] = {}
 _TAKES = (
@@ -151,14 +91,7 @@ _TAKES = (
     "Connection or Session)"
 )
 
-
-def family(cls: type) -> str:
-    """Which driver library ``cls`` (or a base of it) comes from, or ''."""
-    for base in cls.__mro__:
-        top = base.__module__.partition(".")[0]
-        if top in ("asyncpg", "psycopg", "sqlalchemy"):
-            return top
-    return ""
+__all__ = ["AsyncDriver", "SyncDriver", "async_driver", "run", "run_sync", "sync_driver"]
 
 
 def async_driver(conn: object) -> AsyncDriver:
@@ -187,10 +120,15 @@ def _pick(cls: type, *, sync: bool) -> Callable[[Any], Any]:
         from hookrelay.outbox.store.drivers import psycopg as via_psycopg
 
         make = via_psycopg.driver_for(cls, sync=sync)
-    elif kind == "sqlalchemy":
+    elif kind == "sqlalchemy" and sync:
         from hookrelay.outbox.store.drivers import sqlalchemy as via_sqlalchemy
 
-        make = via_sqlalchemy.driver_for(cls, sync=sync)
+        make = via_sqlalchemy.driver_for(cls)
+    elif kind == "sqlalchemy":
+        # Its own module: sqlalchemy.ext.asyncio needs greenlet, which sync callers lack.
+        from hookrelay.outbox.store.drivers import sqlalchemy_async as via_sqlalchemy_async
+
+        make = via_sqlalchemy_async.driver_for(cls)
     else:
         make = None
     if make is None:

@@ -9,9 +9,9 @@ caller's pending ORM changes are flushed first, and the caller commits or rolls
 back everything as usual. With no transaction begun, SQLAlchemy's autobegin
 opens one, which the caller then commits.
 
-The async classes are in :mod:`.via_sqlalchemy_async`, imported only for an async
-connection or session: ``sqlalchemy.ext.asyncio`` needs greenlet (the
-``sqlalchemy[asyncio]`` extra), which sync callers need not install.
+The async classes are in :mod:`.sqlalchemy_async`, which builds on this module and
+is imported only for an async connection or session: ``sqlalchemy.ext.asyncio``
+needs greenlet (the ``sqlalchemy[asyncio]`` extra), which sync callers need not install.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from hookrelay.outbox.store.drivers import AsyncDriver, AsyncpgDriver, SyncDriver, family
+from hookrelay.outbox.store.drivers.base import AsyncDriver, AsyncpgDriver, SyncDriver, family
 from hookrelay.outbox.store.steps import Row, Step
 
 _DIALECTS = "use a postgresql+asyncpg:// or postgresql+psycopg:// engine"
@@ -75,14 +75,6 @@ class SyncAlchemy:
         return lost(exc, self.inner)
 
 
-def driver_for(cls: type, *, sync: bool) -> Callable[[Any], Any] | None:
-    """The driver class for SQLAlchemy objects of type ``cls``, or None if not one."""
-    if sync:
-        return SyncAlchemy if issubclass(cls, Connection | Session) else None
-    from hookrelay.outbox.store.drivers.sqlalchemy_async import (
-        AsyncAlchemy,
-        AsyncConnection,
-        AsyncSession,
-    )
-
-    return AsyncAlchemy if issubclass(cls, AsyncConnection | AsyncSession) else None
+def driver_for(cls: type) -> Callable[[Any], Any] | None:
+    """The driver class for sync SQLAlchemy objects of type ``cls``, or None if not one."""
+    return SyncAlchemy if issubclass(cls, Connection | Session) else None

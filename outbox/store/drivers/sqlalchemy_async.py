@@ -1,22 +1,23 @@
 """SQLAlchemy 2 ``AsyncConnection`` and ``AsyncSession`` as plan drivers.
 
-Apart from :mod:`.via_sqlalchemy` because ``sqlalchemy.ext.asyncio`` needs greenlet
-(the ``sqlalchemy[asyncio]`` extra): a sync ``Connection`` or ``Session`` must work
-without it, so this module is imported only when an async one is seen.
+Apart from :mod:`.sqlalchemy` (whose helpers it uses) because ``sqlalchemy.ext.asyncio``
+needs greenlet (the ``sqlalchemy[asyncio]`` extra): a sync ``Connection`` or ``Session``
+must work without it, so this module is imported only when an async one is seen.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from hookrelay.outbox.store.drivers import AsyncDriver
+from hookrelay.outbox.store.drivers.base import AsyncDriver
 from hookrelay.outbox.store.drivers.sqlalchemy import inner_driver, lost
 from hookrelay.outbox.store.steps import Row, Step
 
-__all__ = ["AsyncAlchemy", "AsyncConnection", "AsyncSession"]
+__all__ = ["AsyncAlchemy", "driver_for"]
 
 
 class AsyncAlchemy:
@@ -42,3 +43,8 @@ class AsyncAlchemy:
 
     def lost(self, exc: Exception) -> bool:
         return lost(exc, self.inner)
+
+
+def driver_for(cls: type) -> Callable[[Any], Any] | None:
+    """The driver class for async SQLAlchemy objects of type ``cls``, or None if not one."""
+    return AsyncAlchemy if issubclass(cls, AsyncConnection | AsyncSession) else None

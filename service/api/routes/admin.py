@@ -8,9 +8,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from hookrelay.outbox.keys.signing_keys import rotate_secret
+from hookrelay.outbox.keys import rotate_secret
 from hookrelay.outbox.models import SignatureScheme, iso
-from hookrelay.outbox.tasks.submit import Cursor
+from hookrelay.outbox.tasks import Cursor
 from hookrelay.outbox.tenants import create_tenant, list_tenants, rotate_api_key
 from hookrelay.service.api import validation
 from hookrelay.service.api.auth import require_admin

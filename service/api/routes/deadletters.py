@@ -9,15 +9,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from hookrelay.outbox import ops
 from hookrelay.outbox.models import iso
-from hookrelay.outbox.ops import audit as ops
-from hookrelay.outbox.ops.dead_letters import (
-    DeadLetterFilter,
-    get_dead_letter,
-    list_dead_letters,
-    to_resource,
-)
-from hookrelay.outbox.tasks.submit import Cursor
+from hookrelay.outbox.ops import DeadLetterFilter, get_dead_letter, list_dead_letters, to_resource
+from hookrelay.outbox.tasks import Cursor
 from hookrelay.service.api import validation
 from hookrelay.service.api.auth import require_admin
 from hookrelay.service.api.bodies import read_json

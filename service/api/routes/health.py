@@ -10,7 +10,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from hookrelay.outbox.store.metrics import ping
-from hookrelay.service.server.release import release
+from hookrelay.service.api.release import release
 
 READY_TIMEOUT_S = 2.0
 

@@ -6,7 +6,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from hookrelay.outbox.keys.signing_keys import SigningKeyRow, signing_keys
+from hookrelay.outbox.keys import SigningKeyRow, list_signing_keys
 from hookrelay.outbox.models import iso
 from hookrelay.service.api.auth import require_tenant
 
@@ -25,7 +25,7 @@ def _key(row: SigningKeyRow) -> dict[str, object]:
 async def index(request: Request) -> Response:
     tenant_id = await require_tenant(request)
     async with request.app.state.pool.acquire() as conn:
-        scheme, keys = await signing_keys(conn, tenant_id)
+        scheme, keys = await list_signing_keys(conn, tenant_id)
     return JSONResponse({"signatureScheme": scheme, "data": [_key(k) for k in keys]})
 
 

@@ -11,10 +11,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from hookrelay.outbox import tasks as outbox_tasks
 from hookrelay.outbox.models import ALL_STATUSES, Task
-from hookrelay.outbox.tasks import progress as outbox_progress
-from hookrelay.outbox.tasks import redelivery, transitions
-from hookrelay.outbox.tasks.submit import Idempotency, create_task, get_task
+from hookrelay.outbox.tasks import Idempotency, create_task, get_task
 from hookrelay.service.api import listing, validation
 from hookrelay.service.api.auth import Caller, caller, require_admin, require_tenant
 from hookrelay.service.api.bodies import read_json
@@ -134,7 +133,7 @@ async def index(request: Request) -> Response:
 
 async def start(request: Request) -> Response:
     await require_admin(request)
-    return await _apply(request, lambda conn, tid: transitions.start_task(conn, tid, notify=False))
+    return await _apply(request, lambda conn, tid: outbox_tasks.start_task(conn, tid, notify=False))
 
 
 async def complete(request: Request) -> Response:
@@ -142,7 +141,9 @@ async def complete(request: Request) -> Response:
     status, result, error = validation.completion(await read_json(request))
     return await _apply(
         request,
-        lambda conn, tid: transitions.complete_task(conn, tid, status, result, error, notify=False),
+        lambda conn, tid: outbox_tasks.complete_task(
+            conn, tid, status, result, error, notify=False
+        ),
     )
 
 
@@ -151,9 +152,7 @@ async def progress(request: Request) -> Response:
     percent, message = validation.progress(await read_json(request))
     return await _apply(
         request,
-        lambda conn, tid: outbox_progress.report_progress(
-            conn, tid, percent, message, notify=False
-        ),
+        lambda conn, tid: outbox_tasks.report_progress(conn, tid, percent, message, notify=False),
     )
 
 
@@ -162,7 +161,9 @@ async def cancel(request: Request) -> Response:
     await read_json(request, required=False)
     return await _apply(
         request,
-        lambda conn, tid: transitions.cancel_task(conn, tid, tenant_id=who.tenant_id, notify=False),
+        lambda conn, tid: outbox_tasks.cancel_task(
+            conn, tid, tenant_id=who.tenant_id, notify=False
+        ),
     )
 
 
@@ -176,7 +177,7 @@ async def _apply(request: Request, change: Change) -> Response:
 async def deliveries(request: Request) -> Response:
     task = await _visible_task(request)
     async with request.app.state.pool.acquire() as conn:
-        log = await redelivery.attempts(conn, task.id)
+        log = await outbox_tasks.attempts(conn, task.id)
     return JSONResponse(
         {
             "taskId": task.id,
@@ -191,7 +192,7 @@ async def redeliver(request: Request) -> Response:
     await read_json(request, required=False)
     by = "admin" if who.is_admin else f"tenant:{who.tenant_id}"
     async with request.app.state.pool.acquire() as conn:
-        task = await redelivery.redeliver(
+        task = await outbox_tasks.redeliver(
             conn, request.path_params["task_id"], tenant_id=who.tenant_id, by=by
         )
     return task_response(task, 202)

@@ -6,7 +6,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from hookrelay.outbox.tasks.test_events import PING, get_test_event, send_test_event
+from hookrelay.outbox.tasks import PING, get_test_event, send_test_event
 from hookrelay.service.api import validation
 from hookrelay.service.api.auth import require_tenant
 from hookrelay.service.api.bodies import read_json

@@ -16,7 +16,7 @@ import ssl
 import time
 from collections import Counter
 
-from hookrelay.outbox.dispatch.untrusted import receiver_text
+from hookrelay.outbox.egress.untrusted import receiver_text
 from hookrelay.outbox.errors import LocalFault, LocalFaultKind
 from hookrelay.outbox.metrics import LOCAL_FAULTS
 

@@ -7,7 +7,7 @@ exactly once and a failed file leaves nothing half-applied. A migration may
 also have a Python step (``hookrelay.outbox.store.migration_steps``), run after its
 SQL in the same transaction.
 
-A release knows the migrations it ships. :func:`check` compares them with the
+A release knows the migrations it ships. :func:`check_schema` compares them with the
 database's: a migration the release does not know is refused (:class:`SchemaMismatch`,
 naming it) unless its file declared it compatible with older releases
 (``COMPATIBLE_MARK`` as its first line, recorded in ``schema_version.compatible``).
@@ -133,7 +133,9 @@ async def compare(conn: asyncpg.Connection) -> SchemaState:
     )
 
 
-async def check(conn: asyncpg.Connection, *, apply: bool) -> tuple[SchemaState, list[Migration]]:
+async def check_schema(
+    conn: asyncpg.Connection, *, apply: bool
+) -> tuple[SchemaState, list[Migration]]:
     """Refuse a schema this release cannot run on; apply what is pending if ``apply``.
 
     Raises :class:`SchemaMismatch` when the database holds a migration this
@@ -163,7 +165,7 @@ async def check(conn: asyncpg.Connection, *, apply: bool) -> tuple[SchemaState, 
     return state, await migrate(conn)
 
 
-async def status(conn: asyncpg.Connection) -> list[MigrationStatus]:
+async def migration_status(conn: asyncpg.Connection) -> list[MigrationStatus]:
     """Every migration, this release's and the database's, with its state; changes nothing.
 
     ``unknown``: applied by a newer release, not shipped in this one;

@@ -15,7 +15,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository: tests/harness/procs.py
+# `api` and `serve` with several workers: how long after the port first answers until
+# every worker has started (they start together; this is plenty on 2 busy cores).
+WORKERS_UP_S = 2.0
 
 
 def free_port() -> int:

@@ -15,7 +15,7 @@ from starlette.routing import Route
 
 from hookrelay.outbox.models import Task
 from hookrelay.outbox.store import changes
-from hookrelay.outbox.tasks.submit import get_task
+from hookrelay.outbox.tasks import get_task
 from hookrelay.service.api import request_guard as guard
 from hookrelay.service.api.auth import require_tenant
 from hookrelay.service.api.errors import NotFound

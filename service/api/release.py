@@ -19,8 +19,13 @@ def release() -> str:
 
 # Always 1; its label names the release, so a dashboard can tell which processes of a
 # fleet run what during a rolling upgrade. Registered with the process's metrics, so
-# the API's /metrics and dispatch's (HOOKRELAY_METRICS_PORT) both serve it.
+# the API's /metrics and dispatch's (HOOKRELAY_METRICS_PORT) both serve it. With several
+# workers (service/server/supervisor.py) every worker writes it: "max" shows one series
+# per release, not one per worker's pid.
 BUILD_INFO = Gauge(
-    "hookrelay_build_info", "The release this process runs (the value is always 1)", ["version"]
+    "hookrelay_build_info",
+    "The release this process runs (the value is always 1)",
+    ["version"],
+    multiprocess_mode="max",
 )
 BUILD_INFO.labels(release()).set(1)

@@ -1,4 +1,5 @@
-"""The Starlette application: routes, error handlers, and the resources they share."""
+"""The Starlette application: the API's routes, the live streams' routes and the ops
+console mounted together, error handlers, and the resources they share."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Route
 
-from hookrelay.outbox.egress.dns import Resolver
-from hookrelay.outbox.store.pool import create_pool
+from hookrelay.outbox.egress import Resolver
+from hookrelay.outbox.store import create_pool
 from hookrelay.service import console
 from hookrelay.service.api import openapi
 from hookrelay.service.api.auth import KeyCache, revocations
@@ -26,13 +27,11 @@ from hookrelay.service.api.routes import (
     health,
     metrics,
     signing_keys,
-    streams,
     tasks,
     testevents,
-    ws,
 )
 from hookrelay.service.console.security import SignInThrottle
-from hookrelay.service.live import StreamHub
+from hookrelay.service.live import StreamHub, sse_routes, ws_routes
 from hookrelay.service.live.long_poll import TaskWatcher
 from hookrelay.service.live.wakeups import Signals
 from hookrelay.service.server.prerequisites import Runtime
@@ -85,7 +84,7 @@ def create_app(
             *health.routes,
             *metrics.routes,
             *tasks.routes,
-            *streams.routes,
+            *sse_routes.routes,
             *admin.routes,
             *signing_keys.routes,
             *testevents.routes,
@@ -93,7 +92,7 @@ def create_app(
             *destinations.routes,
             *openapi.routes,
             *docs.routes,
-            *ws.routes,
+            *ws_routes.routes,
             Route("/ops", console.entry, methods=["GET"]),
             console.mount(runtime.admin_token),
         ],
