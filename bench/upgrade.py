@@ -56,6 +56,7 @@ from typing import Any
 
 import aiohttp
 import asyncpg
+import psutil
 
 from bench.common import (
     RELIABILITY,
@@ -67,7 +68,7 @@ from bench.common import (
     server_dsn,
     server_facts,
 )
-from bench.sched import cpu_s, own_cpu_s
+from bench.sched import own_cpu_s
 from hookrelay.service.api.release import release
 from tests.harness.procs import ROOT, free_port, master_key, service_env, wait_for_port
 from tests.harness.releases import PREVIOUS, previous_release, run
@@ -138,9 +139,9 @@ class Proc:
     async def stop(self) -> int:
         """SIGTERM, then wait for it to exit; its exit status."""
         if self.proc.poll() is None:
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, psutil.Error):
                 alive = time.monotonic() - self.started
-                self.cpu_share = cpu_s(self.proc.pid) / alive
+                self.cpu_share = tree_cpu_s(self.proc.pid) / alive
             self.proc.terminate()
         try:
             return await asyncio.to_thread(self.proc.wait, 60)
@@ -167,6 +168,17 @@ class Stream:
     last_id: str | None = None
     seen: dict[str, tuple[float, str]] = field(default_factory=dict)  # task -> (at, label)
     reconnects: int = 0
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds of a process and of every process under it (an API's workers)."""
+    root = psutil.Process(pid)
+    total = 0.0
+    for proc in [root, *root.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            times = proc.cpu_times()
+            total += times.user + times.system
+    return total
 
 
 def status(code: int, body: bytes) -> str:
@@ -790,7 +802,8 @@ def table(f: dict[str, Any]) -> str:
     verdict = "; ".join(f["misses"]) if f["misses"] else "every target met"
     lines += [
         "",
-        f"CPU, as a share of one core over each process's life: {shares}. "
+        f"CPU, as a share of one core over each process's life (an API with its "
+        f"workers): {shares}. "
         f"Exit statuses after SIGTERM: {exits}.",
         "",
         f"Targets (0 lost, 0 duplicates, 0 non-2xx, nothing later than 1 s): {verdict}.",
