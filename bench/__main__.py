@@ -23,7 +23,7 @@ from hookrelay.service.server.event_loop import run as run_loop
 from tests.harness.procs import ROOT
 
 # The order of ``all``: the quick ones first, the soak last. Others follow by name.
-ORDER = ("e2e", "latency", "api", "scale", "backlog", "vacuum", "soak")
+ORDER = ("e2e", "latency", "api", "scale", "backlog", "vacuum", "upgrade", "soak")
 
 
 def benchmarks() -> dict[str, Callable[[], Any]]:

@@ -66,8 +66,9 @@ def _drop_created() -> None:
         print(f"could not drop the benchmark databases: {exc}", file=sys.stderr)
 
 
-async def fresh_database(server: str) -> str:
-    """A new database on ``server`` with the schema migrated in; returns its DSN.
+async def fresh_database(server: str, *, migrated: bool = True) -> str:
+    """A new database on ``server`` with the schema migrated in (``migrated=False``:
+    empty, for another release to migrate); returns its DSN.
 
     It is dropped when the process exits.
     """
@@ -79,9 +80,10 @@ async def fresh_database(server: str) -> str:
         atexit.register(_drop_created)
     _created.append((server, name))
     dsn = urlunsplit(urlsplit(server)._replace(path="/" + name))
-    conn = await asyncpg.connect(dsn)
-    await apply_schema(conn)
-    await conn.close()
+    if migrated:
+        conn = await asyncpg.connect(dsn)
+        await apply_schema(conn)
+        await conn.close()
     return dsn
 
 

@@ -8,7 +8,7 @@ import asyncpg
 import pytest
 
 from hookrelay.outbox import complete_task, report_progress, start_task
-from hookrelay.outbox.store import CHANGES_CHANNEL, OUTBOX_CHANNEL, TASKS_CHANNEL, changes
+from hookrelay.outbox.store import CHANGES_CHANNEL, OUTBOX_CHANNEL, TASKS_CHANNEL, changes, signals
 from hookrelay.outbox.tasks.submit import NewTask, create_task
 from hookrelay.outbox.tenants import create_tenant
 from tests.support import dispatcher, eventually, wait_drained
@@ -214,11 +214,11 @@ async def test_a_tenant_deleted_with_changes_queued_does_not_stop_numbering(
 
 
 def test_the_notification_payload_parses() -> None:
-    assert changes.parse_changed("ten_a 7 task_1 task_2\nten_b 3") == [
-        changes.Changed("ten_a", 7, ("task_1", "task_2")),
-        changes.Changed("ten_b", 3, ()),
+    assert signals.parse_changes("ten_a 7 task_1 task_2\nten_b 3") == [
+        signals.Changed("ten_a", 7, ("task_1", "task_2")),
+        signals.Changed("ten_b", 3, ()),
     ]
-    assert changes.parse_changed("not ours") is None
+    assert signals.parse_changes("not ours") is None
 
 
 async def test_a_long_batch_is_split_over_notifications_within_the_limit(
@@ -233,9 +233,9 @@ async def test_a_long_batch_is_split_over_notifications_within_the_limit(
             await changes.number_pending(conn)
         await eventually(lambda: sum(len(p) for p in heard) > 400 * 30)
         assert len(heard) > 1 and all(len(p) <= 8000 for p in heard)
-        named = [t for p in heard for c in changes.parse_changed(p) or [] for t in c.task_ids]
+        named = [t for p in heard for c in signals.parse_changes(p) or [] for t in c.task_ids]
         assert sorted(named) == sorted(made)
-        assert {c.last_seq for p in heard for c in changes.parse_changed(p) or []} == {400}
+        assert {c.last_seq for p in heard for c in signals.parse_changes(p) or []} == {400}
     finally:
         await listener.close()
 

@@ -7,6 +7,7 @@ type error at the call, not a silent wrong write. The statements an executor's
 own transaction runs are offered as steps instead (``*_step``), which the
 drivers run on asyncpg, psycopg 3 or SQLAlchemy. One module per area:
 
+- :mod:`.signals`      every NOTIFY between processes: channel, payload, version
 - :mod:`.changes`      the change log the status streams read
 - :mod:`.tasks`        tasks, their transitions, idempotency keys, the sweeper's claim
 - :mod:`.events`       outbox rows, NOTIFY, requeueing an event, the attempt log
@@ -54,6 +55,7 @@ from hookrelay.outbox.store.events import OUTBOX_CHANNEL, TASKS_CHANNEL
 from hookrelay.outbox.store.listener import Listener
 from hookrelay.outbox.store.migrations import check_schema, migrate, migration_status
 from hookrelay.outbox.store.pool import TRANSIENT_ERRORS, create_pool
+from hookrelay.outbox.store.signals import parse_changes
 from hookrelay.outbox.store.tenants import KEYS_CHANNEL
 
 __all__ = [
@@ -74,6 +76,7 @@ __all__ = [
     "check_schema",
     "migrate",
     "migration_status",
+    "parse_changes",
     "retention",
     "schema",
     "tasks",

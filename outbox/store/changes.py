@@ -16,9 +16,11 @@ import asyncpg
 
 from hookrelay.outbox.models import Task
 from hookrelay.outbox.sql import sql
+from hookrelay.outbox.store import signals
 
-# The numberer's NOTIFY channel, one notification per batch (parse_changed reads it).
-CHANGES_CHANNEL = "hookrelay_changes"
+# The numberer's NOTIFY channel, one notification per batch (signals.parse_changes
+# reads it; hookrelay.outbox.store.signals has its format).
+CHANGES_CHANNEL = signals.CHANGES.channel
 # Changes numbered per call of number_changes; more are taken by the next call.
 NUMBER_BATCH = 5000
 
@@ -54,15 +56,6 @@ class Numbered:
     count: int
 
 
-@dataclass(frozen=True, slots=True)
-class Changed:
-    """One line of a ``hookrelay_changes`` notification."""
-
-    tenant_id: str
-    last_seq: int
-    task_ids: tuple[str, ...]
-
-
 async def number_pending(conn: asyncpg.Connection) -> list[Numbered]:
     """Number every change committed so far; what each tenant got.
 
@@ -76,18 +69,6 @@ async def number_pending(conn: asyncpg.Connection) -> list[Numbered]:
         numbered += [Numbered(r[0], r[1], r[2]) for r in rows]
         if sum(r[2] for r in rows) < NUMBER_BATCH:
             return numbered
-
-
-def parse_changed(payload: str) -> list[Changed] | None:
-    """The lines of a ``hookrelay_changes`` payload; None if it is not one."""
-    changed: list[Changed] = []
-    for line in payload.splitlines():
-        tenant_id, _, rest = line.partition(" ")
-        seq, _, tasks = rest.partition(" ")
-        if not tenant_id or not seq.isdigit():
-            return None
-        changed.append(Changed(tenant_id, int(seq), tuple(tasks.split())))
-    return changed
 
 
 def _changes(rows: list[asyncpg.Record]) -> list[LoggedChange]:

@@ -10,10 +10,12 @@ import asyncpg
 
 from hookrelay.outbox.models import Attempt, EventId, TaskId, TestEventStatus
 from hookrelay.outbox.sql import sql
+from hookrelay.outbox.store import signals
 from hookrelay.outbox.store.steps import Step
 
-OUTBOX_CHANNEL = "hookrelay_outbox"
-TASKS_CHANNEL = "hookrelay_tasks"
+# Their payloads and who hears them: hookrelay.outbox.store.signals.
+OUTBOX_CHANNEL = signals.OUTBOX.channel
+TASKS_CHANNEL = signals.TASKS.channel
 
 _INSERT_OUTBOX = sql("insert_outbox")
 _NOTIFY = sql("notify")

@@ -10,6 +10,7 @@ import asyncpg
 
 from hookrelay.outbox.models import KeyScheme, SignatureScheme, TenantId
 from hookrelay.outbox.sql import sql
+from hookrelay.outbox.store import signals
 
 _INSERT_TENANT = sql("insert_tenant")
 _INSERT_SECRET = sql("insert_secret")
@@ -21,8 +22,8 @@ _ACTIVE_SECRETS = sql("active_secrets")
 _LIST_TENANTS = sql("list_tenants")
 _ROTATE_API_KEY = sql("rotate_api_key")
 
-# NOTIFY channel: payload a tenant id whose API key changed.
-KEYS_CHANNEL = "hookrelay_keys"
+# NOTIFY channel: payload a tenant id whose API key changed (hookrelay.outbox.store.signals).
+KEYS_CHANNEL = signals.KEYS.channel
 _SIGNING_KEYS = sql("signing_keys")
 
 

@@ -22,7 +22,13 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from hookrelay.outbox.store import CHANGES_CHANNEL, TASKS_CHANNEL, Listener, changes
+from hookrelay.outbox.store import (
+    CHANGES_CHANNEL,
+    TASKS_CHANNEL,
+    Listener,
+    changes,
+    parse_changes,
+)
 from hookrelay.service.api.errors import ApiError, ServiceUnavailable
 from hookrelay.service.live.changes import Change, Reset
 from hookrelay.service.live.coalesce import Coalesced
@@ -239,7 +245,7 @@ class StreamHub:
             self._schedule(tenant)
 
     def _notified(self, payload: str) -> None:
-        changed = changes.parse_changed(payload)
+        changed = parse_changes(payload)
         if changed is None:  # not ours to parse: look at every tenant
             for tenant in self._tenants.values():
                 self._schedule(tenant)

@@ -15,7 +15,7 @@ import contextlib
 from collections import defaultdict
 from collections.abc import Iterator
 
-from hookrelay.outbox.store import CHANGES_CHANNEL, TASKS_CHANNEL, Listener, changes
+from hookrelay.outbox.store import CHANGES_CHANNEL, TASKS_CHANNEL, Listener, parse_changes
 
 
 class TaskWatcher:
@@ -79,7 +79,7 @@ class TaskWatcher:
             event.set()
 
     def _changed(self, payload: str) -> None:
-        changed = changes.parse_changed(payload)
+        changed = parse_changes(payload)
         if changed is None:
             self._wake_all()
             return

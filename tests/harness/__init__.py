@@ -4,6 +4,7 @@
   the command line, so tests and benchmarks start hookrelay the same way
 - :mod:`.waiting`  :func:`~tests.harness.waiting.eventually`, in place of fixed sleeps
 - :mod:`.expired`  finished tasks, events, keys and attempts past retention, to purge
+- :mod:`.releases` the previous release installed from this repository's history
 
 The benchmarks import it (and nothing else of ``tests``); the tests never import
 ``bench``. It imports hookrelay's installed packages at most, never the rest of

@@ -7,4 +7,8 @@
 -- is recorded here when the migration is applied, because an older process has
 -- only the database to read it from.
 -- This one is compatible itself: older code inserts (version, name) only.
+-- Side by side: 0.2.0, the release that brings it, and 0.1.0 (commit a62dbb1, whose
+-- newest migration is 0013) run together on a database that has it, upgrading and
+-- rolling back; both send and understand the same signals (outbox/store/signals.py).
+-- `python -m bench upgrade --rollback` runs the two under load.
 ALTER TABLE schema_version ADD COLUMN IF NOT EXISTS compatible boolean NOT NULL DEFAULT false;
