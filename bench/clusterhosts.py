@@ -246,6 +246,9 @@ class Cluster:
             "concurrency": 200,
             "per_host_concurrency": 200,
             "batch_size": 500,
+            # One API process per host: the hosts share this machine's two cores, and a
+            # scenario is about hosts, not about the worker processes within one.
+            "workers": 1,
         }
         return service_env(db.dsn, self.key, admin_token=ADMIN_TOKEN, **{**base, **settings})
 
