@@ -48,6 +48,13 @@ from tests.support import (
 )
 
 
+# Every hookrelay process a test starts runs one API process unless the test asks for
+# more (tests/test_workers.py does): the suite is about behaviour, not the core count of
+# the machine it runs on, and a worker stopped by its supervisor's signal would take
+# its coverage data with it.
+os.environ.setdefault("HOOKRELAY_WORKERS", "1")
+
+
 @pytest.fixture(scope="session")
 def anyio_backend() -> str:
     return "asyncio"
