@@ -47,7 +47,6 @@ from tests.support import (
     with_database,
 )
 
-
 # Every hookrelay process a test starts runs one API process unless the test asks for
 # more (tests/test_workers.py does): the suite is about behaviour, not the core count of
 # the machine it runs on, and a worker stopped by its supervisor's signal would take
