@@ -78,7 +78,11 @@ CREATE TABLE IF NOT EXISTS tasks (
     heartbeat_timeout_s   double precision,
     heartbeat_at          timestamptz,
     heartbeat_due_at      timestamptz,
-    on_timeout            jsonb
+    on_timeout            jsonb,
+    -- Callback headers (0019): their values sealed under the master key (the task
+    -- id as associated data), never returned; their names, which the resource shows.
+    callback_headers_enc  bytea,
+    callback_header_names text[]
 );
 -- Reconciliation listing: keyset on (updated_at, id) within a tenant.
 CREATE INDEX IF NOT EXISTS tasks_tenant_updated ON tasks (tenant_id, updated_at, id);
@@ -418,3 +422,12 @@ $$;
 DROP TRIGGER IF EXISTS tenants_forgotten ON tenants;
 CREATE TRIGGER tenants_forgotten AFTER DELETE ON tenants
     FOR EACH ROW EXECUTE FUNCTION forget_tenant();
+
+-- HOOKRELAY_PER_HOST_RATE (0020): one token bucket per destination host, shared by
+-- every dispatcher of the database (take_host_tokens). Empty while no rate is set.
+CREATE TABLE IF NOT EXISTS host_rates (
+    host         text PRIMARY KEY,
+    tokens       double precision NOT NULL,
+    granted      integer NOT NULL DEFAULT 0,
+    refilled_at  timestamptz NOT NULL DEFAULT now()
+) WITH (fillfactor = 50);

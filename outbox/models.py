@@ -109,6 +109,12 @@ class TaskResource(TaskData):
     """A task, as every route that answers with one shows it."""
 
     delivery: DeliverySummary
+    callback_headers: Annotated[
+        list[str],
+        Meta(
+            description="the names of the callback headers each attempt sends (values never shown)"
+        ),
+    ]
 
 
 class AttemptResource(msgspec.Struct, rename="camel"):
@@ -153,6 +159,8 @@ class Task:
     heartbeat_at: datetime | None = None
     heartbeat_due_at: datetime | None = None
     on_timeout: Any = None  # {result?, error?} written onto the task if it times out
+    # The names of its callback headers (their values are sealed, never loaded here).
+    callback_header_names: list[str] | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Task:
@@ -182,6 +190,7 @@ class Task:
                 next_attempt_at=self.next_attempt_at,
                 delivered_at=self.delivered_at,
             ),
+            callback_headers=list(self.callback_header_names or ()),
         )
 
     def event_data(self) -> TaskData:

@@ -90,6 +90,8 @@ class Task:
     timeout_at: datetime | None = None
     progress: Progress | None = None
     delivery: Delivery | None = None
+    # The names of its callback headers (the server never shows their values).
+    callback_headers: tuple[str, ...] = ()
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Task:
@@ -110,6 +112,7 @@ class Task:
             timeout_at=parse_time(data.get("timeoutAt")),
             progress=Progress.from_json(progress) if progress else None,
             delivery=Delivery.from_json(delivery) if delivery else None,
+            callback_headers=tuple(data.get("callbackHeaders") or ()),
         )
 
     @property

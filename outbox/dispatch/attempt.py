@@ -135,6 +135,8 @@ async def attempt(
         # hosts, which never reach the guarded resolver.
         _check_url(addresses, event.callback_url)
         headers = signer.headers(event.event_id, int(time.time()), event.body)
+        if event.callback_headers:  # the task's own; none may shadow the signed ones
+            headers = {**event.callback_headers, **headers}
         deadline = Deadline(
             loop or asyncio.get_running_loop(),
             task or _current_task(),

@@ -74,6 +74,18 @@ UPDATE signing_secrets s SET secret_enc = v.enc
   FROM unnest($1::bigint[], $2::bytea[]) AS v(id, enc)
  WHERE s.id = v.id;
 
+-- name: all_callback_headers_for_update
+-- Rotation of the master key: every task's sealed callback headers, locked until
+-- the re-encryption commits.
+SELECT id, callback_headers_enc FROM tasks
+ WHERE callback_headers_enc IS NOT NULL
+   FOR UPDATE;
+
+-- name: reencrypt_callback_headers
+UPDATE tasks t SET callback_headers_enc = v.enc
+  FROM unnest($1::text[], $2::bytea[]) AS v(id, enc)
+ WHERE t.id = v.id;
+
 -- name: insert_tenant
 INSERT INTO tenants (id, name, api_key_hash, signature_scheme) VALUES ($1, $2, $3, $4)
 RETURNING id, name, created_at;
@@ -144,22 +156,24 @@ SELECT t.signature_scheme, s.scheme, s.public_key, s.created_at, s.expires_at
   WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL);
 
 -- name: _new_task
+-- $10, $11: the callback headers, sealed, and their names (NULL for none).
 INSERT INTO tasks (id, tenant_id, type, input, callback_url, metadata, timeout_at,
-                   heartbeat_timeout_s, on_timeout)
+                   heartbeat_timeout_s, on_timeout, callback_headers_enc,
+                   callback_header_names)
 VALUES ($1, $2, $3, $4, $5, $6,
         CASE WHEN $7::float8 IS NULL THEN NULL ELSE now() + make_interval(secs => $7) END,
-        $8, $9)
+        $8, $9, $10, $11)
 RETURNING *
 
 -- name: insert_task
 {{_new_task}};
 
 -- name: insert_task_keyed
--- A submit with an Idempotency-Key ($10, request hash $11): the task and its key
+-- A submit with an Idempotency-Key ($12, request hash $13): the task and its key
 -- in one statement, inside the transaction that holds the key's lock.
 WITH task AS ({{_new_task}}),
      kept AS (INSERT INTO idempotency_keys (tenant_id, key, request_hash, task_id)
-              SELECT tenant_id, $10, $11, id FROM task)
+              SELECT tenant_id, $12, $13, id FROM task)
 SELECT * FROM task;
 
 -- name: _task_as_text
@@ -172,7 +186,7 @@ error::text AS error, callback_url, metadata::text AS metadata, created_at, upda
 completed_at, timeout_at, version, event_id, delivery_status, delivery_attempts,
 last_attempt_at, last_status_code, last_error, next_attempt_at, delivered_at,
 progress::text AS progress, heartbeat_timeout_s, heartbeat_at, heartbeat_due_at,
-on_timeout::text AS on_timeout
+on_timeout::text AS on_timeout, callback_header_names
 
 -- name: get_task
 -- $2 NULL means "any tenant" (executor and ops); partners always pass theirs.
@@ -360,7 +374,9 @@ RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url
           o.budget_used,
           -- Read with the claim: a rotation committed before it is seen here.
           (SELECT t.secret_version FROM tenants t WHERE t.id = o.tenant_id),
-          o.lost_leases;
+          o.lost_leases,
+          -- The task's callback headers, sealed (NULL for none, and for a test event).
+          (SELECT t.callback_headers_enc FROM tasks t WHERE t.id = o.task_id);
 
 -- name: claim_probe
 -- The single row a granted probe sends to host $1 (take_probes made its circuit
@@ -390,7 +406,46 @@ RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url
           o.budget_used,
           -- Read with the claim: a rotation committed before it is seen here.
           (SELECT t.secret_version FROM tenants t WHERE t.id = o.tenant_id),
-          o.lost_leases;
+          o.lost_leases,
+          -- The task's callback headers, sealed (NULL for none, and for a test event).
+          (SELECT t.callback_headers_enc FROM tasks t WHERE t.id = o.task_id);
+
+-- name: take_host_tokens
+-- HOOKRELAY_PER_HOST_RATE, shared by every dispatcher of the database: for each
+-- host of $1, take at most $2 (the rows this claim wants to send there) from its
+-- token bucket, refilled at $3 tokens a second up to $4, the bucket's size, since
+-- it was last taken from; returns each host's grant. A host seen for the first
+-- time starts with a full bucket. One statement: the wanted count (capped by the
+-- bucket's size) travels as the row the INSERT proposes, `granted`, which the
+-- conflict's UPDATE reads back as excluded.granted. The rows are locked for the
+-- statement only, in host order (no deadlock between dispatchers); the UPDATE's
+-- expressions see the row as it was. Time never runs backwards for a bucket: a
+-- statement that started before the last take (it waited for the row's lock)
+-- refills nothing and leaves refilled_at where it was, so no second is counted
+-- twice. Tokens granted and not claimed go back (return_host_tokens).
+INSERT INTO host_rates AS r (host, tokens, granted, refilled_at)
+SELECT w.host, $4 - least(w.n, floor($4::float8)::int), least(w.n, floor($4::float8)::int),
+       statement_timestamp()
+  FROM unnest($1::text[], $2::int[]) AS w(host, n)
+ ORDER BY w.host
+    ON CONFLICT (host) DO UPDATE
+   SET granted = least(excluded.granted, floor(least($4::float8, r.tokens + $3::float8
+                 * greatest(0, extract(epoch FROM statement_timestamp() - r.refilled_at))))::int),
+       tokens = least($4::float8, r.tokens + $3::float8
+                * greatest(0, extract(epoch FROM statement_timestamp() - r.refilled_at)))
+                - least(excluded.granted, floor(least($4::float8, r.tokens + $3::float8
+                * greatest(0, extract(epoch FROM statement_timestamp() - r.refilled_at))))::int),
+       refilled_at = greatest(r.refilled_at, statement_timestamp())
+RETURNING host, granted;
+
+-- name: return_host_tokens
+-- Tokens take_host_tokens granted that the claim did not use (fewer rows due
+-- than counted, or taken by another dispatcher): back into the buckets of hosts
+-- $1, $2 each, never beyond the bucket's size $3.
+UPDATE host_rates r
+   SET tokens = least($3::float8, r.tokens + v.n)
+  FROM unnest($1::text[], $2::int[]) AS v(host, n)
+ WHERE r.host = v.host;
 
 -- name: hold_lanes
 -- Take the due rows of hosts $1 out of the claims' way while their circuit is

@@ -74,16 +74,18 @@ async def insert_task(
     timeout_s: float | None,
     heartbeat_timeout_s: float | None = None,
     on_timeout: Any = None,
+    callback_headers: tuple[bytes | None, list[str] | None] = (None, None),
     idempotency: tuple[str, bytes] | None = None,
 ) -> Task:
     """A new queued task; ``timeout_s`` None means no deadline.
 
     ``idempotency`` (key, request hash) stores the key with it, in the same
     statement; :class:`IdempotencyInFlight` if a racing request stored it first.
+    ``callback_headers``: the sealed headers and their names (None, None for none).
     """
     args = (
         *(task_id, tenant_id, type, input, callback_url, metadata),
-        *(timeout_s, heartbeat_timeout_s, on_timeout),
+        *(timeout_s, heartbeat_timeout_s, on_timeout, *callback_headers),
     )
     if idempotency is None:
         return Task.from_row(await conn.fetchrow(_INSERT_TASK, *args))

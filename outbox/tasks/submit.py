@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -9,7 +10,9 @@ from typing import Any
 import asyncpg
 
 from hookrelay.outbox import ids
-from hookrelay.outbox.errors import IdempotencyInFlight, IdempotencyKeyReused
+from hookrelay.outbox.errors import ConfigurationError, IdempotencyInFlight, IdempotencyKeyReused
+from hookrelay.outbox.keys.at_rest import SecretBox
+from hookrelay.outbox.keys.callback_headers import seal
 from hookrelay.outbox.models import Task, TaskId
 from hookrelay.outbox.store import tasks as store
 
@@ -23,6 +26,9 @@ class NewTask:
     timeout_s: float | None = None
     heartbeat_timeout_s: float | None = None  # a running task silent this long times out
     on_timeout: Any = None  # {result?, error?} written onto the task if it times out
+    # Sent with every attempt of its webhook (keys.callback_headers, checked by the
+    # caller); sealed under the master key, so create_task needs the box.
+    callback_headers: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,18 +43,22 @@ async def create_task(
     spec: NewTask,
     *,
     idempotency: Idempotency | None = None,
+    box: SecretBox | None = None,
 ) -> tuple[Task, bool]:
     """Insert a queued task; returns ``(task, created)``.
 
     With an idempotency key, a repeat of the same request returns the first
     task (``created`` False); a different body under the key raises
     :class:`IdempotencyKeyReused`; a repeat while the first is still in its
-    transaction raises :class:`IdempotencyInFlight`.
+    transaction raises :class:`IdempotencyInFlight`. ``box`` (the master key's) seals
+    the spec's callback headers, if it has any.
     """
+    if spec.callback_headers and box is None:
+        raise ConfigurationError("callback headers are sealed under the master key: pass box")
     if idempotency is None:
         # One statement, so one round trip: nothing to keep atomic with it.
         # (No NOTIFY: nobody can be waiting on a task that did not exist.)
-        return await _insert(conn, tenant_id, spec), True
+        return await _insert(conn, tenant_id, spec, box), True
     key = idempotency.key
     async with conn.transaction():
         if not await store.idempotency_lock(conn, tenant_id=tenant_id, key=key):
@@ -58,7 +68,7 @@ async def create_task(
             if seen.request_hash != idempotency.request_hash:
                 raise IdempotencyKeyReused(key)
             return seen.task, False
-        task = await _insert(conn, tenant_id, spec, (key, idempotency.request_hash))
+        task = await _insert(conn, tenant_id, spec, box, (key, idempotency.request_hash))
     return task, True
 
 
@@ -66,11 +76,16 @@ async def _insert(
     conn: asyncpg.Connection,
     tenant_id: str,
     spec: NewTask,
+    box: SecretBox | None,
     idempotency: tuple[str, bytes] | None = None,
 ) -> Task:
+    task_id = TaskId(ids.task_id())
+    sealed, names = None, None
+    if spec.callback_headers and box is not None:
+        sealed, names = seal(box, task_id, spec.callback_headers), list(spec.callback_headers)
     return await store.insert_task(
         conn,
-        task_id=TaskId(ids.task_id()),
+        task_id=task_id,
         tenant_id=tenant_id,
         type=spec.type,
         input=spec.input,
@@ -79,6 +94,7 @@ async def _insert(
         timeout_s=spec.timeout_s,
         heartbeat_timeout_s=spec.heartbeat_timeout_s,
         on_timeout=spec.on_timeout,
+        callback_headers=(sealed, names),
         idempotency=idempotency,
     )
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
+from hookrelay.outbox.keys import callback_headers_problem
 from hookrelay.outbox.models import (
     Attempt,
     AttemptResource,
@@ -105,6 +106,19 @@ CappedOnTimeout = Annotated[
         "x-max-json-bytes": MAX_JSON_BYTES
     }),
 ]  # fmt: skip
+CallbackHeaders = Annotated[
+    dict[str, str],
+    Meta(
+        max_length=10,
+        description="headers every attempt of the task's webhook sends, e.g. a receiver's "
+        "static x-api-key: at most 10, 4 KiB of names and values in all; names are tokens, "
+        "values printable ASCII; reserved names (host, content-type, content-length, "
+        "connection, transfer-encoding, te, upgrade, proxy-*, webhook-*, traceparent, "
+        "tracestate) are refused (422 naming the header). Values are encrypted at rest and "
+        "never returned; the signature does not cover them",
+        extra_json_schema={"x-max-bytes": 4096},
+    ),
+]
 Percent = Annotated[float, Meta(ge=0, le=100)]
 MAX_MESSAGE = 1000
 # ISO-8601 with a zone: what the server reads (request_guard.timestamp), RFC 3339's
@@ -156,6 +170,7 @@ class SubmitBody(Body):
     timeout_seconds: TimeoutSeconds | None = None
     heartbeat_timeout_seconds: HeartbeatSeconds | None = None
     on_timeout: CappedOnTimeout | None = None
+    callback_headers: CallbackHeaders | None = None
 
     def __post_init__(self) -> None:
         if self.type.endswith("\n"):  # see TASK_TYPE_PATTERN
@@ -163,6 +178,8 @@ class SubmitBody(Body):
         for name, value in (("metadata", self.metadata), ("onTimeout", self.on_timeout)):
             if value is not None and _json_bytes(value) > MAX_JSON_BYTES:
                 raise ValueError(f"exceeds {MAX_JSON_BYTES} bytes as JSON - at `$.{name}`")
+        if self.callback_headers and (wrong := callback_headers_problem(self.callback_headers)):
+            raise ValueError(f"{wrong} - at `$.callbackHeaders`")
 
 
 class CompleteBody(Body):

@@ -7,7 +7,7 @@ the I/O differs. Streams and listings are async iterators: leave one early throu
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -68,9 +68,12 @@ class AsyncClient:
         timeout_seconds: float | None = None,
         heartbeat_timeout_seconds: float | None = None,
         on_timeout: Any = None,
+        callback_headers: Mapping[str, str] | None = None,
     ) -> Task:
         """Submit a task. Lost answer: sent again with the same Idempotency-Key (one
-        generated when none is given), so the server answers with the task it made."""
+        generated when none is given), so the server answers with the task it made.
+        ``callback_headers`` go with every attempt of its webhook (e.g. a receiver's
+        ``x-api-key``); the server keeps their values encrypted and shows only names."""
         plan = calls.submit(
             type,
             callback_url=callback_url,
@@ -80,6 +83,7 @@ class AsyncClient:
             timeout_seconds=timeout_seconds,
             heartbeat_timeout_seconds=heartbeat_timeout_seconds,
             on_timeout=on_timeout,
+            callback_headers=callback_headers,
         )
         return await self._driver.run(plan)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
@@ -72,6 +72,7 @@ def submit(
     timeout_seconds: float | None = None,
     heartbeat_timeout_seconds: float | None = None,
     on_timeout: Any = None,
+    callback_headers: Mapping[str, str] | None = None,
 ) -> Plan[Task]:
     body: dict[str, Any] = {"type": task_type, "callbackUrl": callback_url}
     optional = {
@@ -80,6 +81,7 @@ def submit(
         "timeoutSeconds": timeout_seconds,
         "heartbeatTimeoutSeconds": heartbeat_timeout_seconds,
         "onTimeout": on_timeout,
+        "callbackHeaders": None if callback_headers is None else dict(callback_headers),
     }
     body.update({k: v for k, v in optional.items() if v is not None})
     # One key for every send of this submit: the server answers a repeat with the

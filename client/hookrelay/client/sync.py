@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -64,9 +64,12 @@ class Client:
         timeout_seconds: float | None = None,
         heartbeat_timeout_seconds: float | None = None,
         on_timeout: Any = None,
+        callback_headers: Mapping[str, str] | None = None,
     ) -> Task:
         """Submit a task. Lost answer: sent again with the same Idempotency-Key (one
-        generated when none is given), so the server answers with the task it made."""
+        generated when none is given), so the server answers with the task it made.
+        ``callback_headers`` go with every attempt of its webhook (e.g. a receiver's
+        ``x-api-key``); the server keeps their values encrypted and shows only names."""
         plan = calls.submit(
             type,
             callback_url=callback_url,
@@ -76,6 +79,7 @@ class Client:
             timeout_seconds=timeout_seconds,
             heartbeat_timeout_seconds=heartbeat_timeout_seconds,
             on_timeout=on_timeout,
+            callback_headers=callback_headers,
         )
         return self._driver.run(plan)
 

@@ -47,10 +47,13 @@ async def submit(request: Request) -> Response:
         timeout_s=body.timeout_seconds,
         heartbeat_timeout_s=body.heartbeat_timeout_seconds,
         on_timeout=None if body.on_timeout is None else msgspec.to_builtins(body.on_timeout),
+        callback_headers=body.callback_headers,
     )
     idem = Idempotency(key, validation.canonical_hash(body)) if key else None
     async with request.app.state.pool.acquire() as conn:
-        task, created = await create_task(conn, tenant_id, spec, idempotency=idem)
+        task, created = await create_task(
+            conn, tenant_id, spec, idempotency=idem, box=state.secret_box
+        )
     headers = {"Location": f"/v1/tasks/{task.id}"}
     if created:
         request.app.state.signals.committed(task.id)
