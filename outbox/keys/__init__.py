@@ -26,11 +26,17 @@ from hookrelay.outbox.keys.at_rest import (
     load_or_create_master_key,
     parse_master_key,
 )
+from hookrelay.outbox.keys.callback_headers import MAX_BYTES as MAX_CALLBACK_HEADER_BYTES
+from hookrelay.outbox.keys.callback_headers import RESERVED as RESERVED_HEADERS
+from hookrelay.outbox.keys.callback_headers import RESERVED_PREFIXES as RESERVED_HEADER_PREFIXES
 from hookrelay.outbox.keys.callback_headers import problem as callback_headers_problem
 from hookrelay.outbox.keys.master_key import MasterKeyMismatch, rotate_master_key, verify_or_record
 from hookrelay.outbox.keys.signing_keys import SigningKeyRow, list_signing_keys, rotate_secret
 
 __all__ = [
+    "MAX_CALLBACK_HEADER_BYTES",
+    "RESERVED_HEADERS",
+    "RESERVED_HEADER_PREFIXES",
     "callback_headers_problem",
     "HOW_TO_GENERATE",
     "KEY_FILE",

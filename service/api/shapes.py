@@ -20,7 +20,12 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from hookrelay.outbox.keys import callback_headers_problem
+from hookrelay.outbox.keys import (
+    MAX_CALLBACK_HEADER_BYTES,
+    RESERVED_HEADER_PREFIXES,
+    RESERVED_HEADERS,
+    callback_headers_problem,
+)
 from hookrelay.outbox.models import (
     Attempt,
     AttemptResource,
@@ -106,6 +111,24 @@ CappedOnTimeout = Annotated[
         "x-max-json-bytes": MAX_JSON_BYTES
     }),
 ]  # fmt: skip
+# What the schema can say of callback headers (keys.callback_headers checks them all,
+# naming the header, and what no schema says: names distinct ignoring case, the total).
+CALLBACK_HEADER_NAME_PATTERN = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"
+
+
+def _any_case(word: str) -> str:
+    # ECMA-262 patterns in a schema have no inline (?i): each letter as a class.
+    # Reserved names are letters and hyphens, which need no escape outside a class.
+    return "".join(f"[{c.upper()}{c}]" if c.isalpha() else c for c in word)
+
+
+RESERVED_HEADER_PATTERN = (
+    "^("
+    + "|".join(_any_case(n) for n in sorted(RESERVED_HEADERS))
+    + ")$|^("
+    + "|".join(_any_case(p) for p in RESERVED_HEADER_PREFIXES)
+    + ")"
+)
 CallbackHeaders = Annotated[
     dict[str, str],
     Meta(
@@ -116,7 +139,13 @@ CallbackHeaders = Annotated[
         "connection, transfer-encoding, te, upgrade, proxy-*, webhook-*, traceparent, "
         "tracestate) are refused (422 naming the header). Values are encrypted at rest and "
         "never returned; the signature does not cover them",
-        extra_json_schema={"x-max-bytes": 4096},
+        extra_json_schema={
+            "x-max-bytes": MAX_CALLBACK_HEADER_BYTES,
+            "propertyNames": {
+                "pattern": CALLBACK_HEADER_NAME_PATTERN,
+                "not": {"pattern": RESERVED_HEADER_PATTERN},
+            },
+        },
     ),
 ]
 Percent = Annotated[float, Meta(ge=0, le=100)]
