@@ -424,7 +424,7 @@ RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url
 -- refills nothing and leaves refilled_at where it was, so no second is counted
 -- twice. Tokens granted and not claimed go back (return_host_tokens).
 INSERT INTO host_rates AS r (host, tokens, granted, refilled_at)
-SELECT w.host, $4 - least(w.n, floor($4::float8)::int), least(w.n, floor($4::float8)::int),
+SELECT w.host, $4::float8 - least(w.n, floor($4::float8)::int), least(w.n, floor($4::float8)::int),
        statement_timestamp()
   FROM unnest($1::text[], $2::int[]) AS w(host, n)
  ORDER BY w.host
