@@ -19,6 +19,7 @@ from hookrelay.outbox.keys import SecretBox, rotate_master_key
 from hookrelay.outbox.keys.callback_headers import problem, seal, unseal
 from hookrelay.outbox.tasks import NewTask, create_task
 from hookrelay.receiver import verify
+from tests.harness.waiting import eventually
 from tests.receiver import Receiver
 from tests.support import ADMIN, bearer, dispatcher, wait_drained
 from tests.test_console import signed_in
@@ -216,7 +217,7 @@ async def test_headers_that_do_not_decrypt_dead_letter_the_event(
 
 
 async def test_held_not_buried_when_this_process_has_another_key(
-    client, tenant, pool, runtime, receiver
+    client, tenant, pool, runtime, receiver, monkeypatch
 ) -> None:
     r = await submit(client, tenant, receiver.url, {"x-api-key": SECRET})
     tid = r.json()["id"]
@@ -227,23 +228,14 @@ async def test_held_not_buried_when_this_process_has_another_key(
         seal(other, tid, {"x-api-key": SECRET}),
     )
     await client.post(f"/v1/tasks/{tid}/complete", json={"status": "succeeded"}, headers=ADMIN)
-    d = dispatcher(runtime, pool)
-    # The database's key check says this process's key is not the database's.
-    import hookrelay.outbox.dispatch.dispatcher as module
 
     async def mismatch(conn, box) -> bool:
-        return False
+        return False  # the database's key check: this process's key is not the database's
 
-    original = module.key_matches
-    module.key_matches = mismatch  # type: ignore[assignment]
-    try:
-        async with running(d):
-            await asyncio.sleep(0)
-            from tests.harness.waiting import eventually
-
-            await eventually(lambda: d.counters["held_wrong_key"] >= 1, 10)
-    finally:
-        module.key_matches = original  # type: ignore[assignment]
+    monkeypatch.setattr("hookrelay.outbox.dispatch.dispatcher.key_matches", mismatch)
+    d = dispatcher(runtime, pool)
+    async with running(d):
+        await eventually(lambda: d.counters["held_wrong_key"] >= 1, 10)
     assert not receiver.received
     assert await pool.fetchval("SELECT count(*) FROM dead_letters") == 0
 
