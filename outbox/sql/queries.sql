@@ -1068,7 +1068,8 @@ SELECT c.seq, c.changed_at,
        t.timeout_at, c.version, t.event_id, t.delivery_status, t.delivery_attempts,
        t.last_attempt_at, t.last_status_code, t.last_error, t.next_attempt_at, t.delivered_at,
        NULLIF(c.state -> 'progress', 'null'::jsonb) AS progress,
-       t.heartbeat_timeout_s, t.heartbeat_at, t.heartbeat_due_at, t.on_timeout
+       t.heartbeat_timeout_s, t.heartbeat_at, t.heartbeat_due_at, t.on_timeout,
+       t.callback_header_names
   FROM task_changes c JOIN tasks t ON t.id = c.task_id
 
 -- name: number_changes
