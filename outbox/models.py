@@ -90,6 +90,12 @@ class TaskData(msgspec.Struct, rename="camel"):
     on_timeout: OnTimeout | None
     progress: Progress | None
     version: Annotated[int, Meta(description="+1 per transition and progress report")]
+    callback_headers: Annotated[
+        list[str],
+        Meta(
+            description="the names of the callback headers each attempt sends (values never shown)"
+        ),
+    ]
 
 
 class DeliverySummary(msgspec.Struct, rename="camel"):
@@ -109,12 +115,6 @@ class TaskResource(TaskData):
     """A task, as every route that answers with one shows it."""
 
     delivery: DeliverySummary
-    callback_headers: Annotated[
-        list[str],
-        Meta(
-            description="the names of the callback headers each attempt sends (values never shown)"
-        ),
-    ]
 
 
 class AttemptResource(msgspec.Struct, rename="camel"):
@@ -190,7 +190,6 @@ class Task:
                 next_attempt_at=self.next_attempt_at,
                 delivered_at=self.delivered_at,
             ),
-            callback_headers=list(self.callback_header_names or ()),
         )
 
     def event_data(self) -> TaskData:
@@ -216,6 +215,7 @@ class Task:
             "on_timeout": self.on_timeout,
             "progress": self.progress,
             "version": self.version,
+            "callback_headers": list(self.callback_header_names or ()),
         }
 
     def to_resource(self) -> dict[str, Any]:
