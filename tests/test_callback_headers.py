@@ -293,3 +293,9 @@ def test_sealed_blob_is_bound_to_its_task() -> None:
     assert unseal(box, "task_a", blob) == {"x-a": "b"}
     with pytest.raises(ConfigurationError):
         unseal(box, "task_b", blob)
+
+
+def test_problem_counts_headers_for_any_caller() -> None:
+    # The API's shape refuses an eleventh header first; other callers get the same rule.
+    assert problem({f"x-{i}": "v" for i in range(11)}) == "at most 10 headers, got 11"
+    assert problem({}) is None
