@@ -223,9 +223,7 @@ async def test_https_is_tunnelled_to_the_checked_address(
     # The proxy was asked for the address the dispatcher resolved and checked, never
     # the name (its own DNS could rebind it); Host and SNI keep the name.
     assert proxy.asked and set(proxy.asked) == {f"127.0.0.1:{tls_receiver.port}"}
-    assert {r.headers["Host"] for r in tls_receiver.received} == {
-        f"hooks.test:{tls_receiver.port}"
-    }
+    assert {r.headers["Host"] for r in tls_receiver.received} == {f"hooks.test:{tls_receiver.port}"}
     assert [a[1] for a in await attempts(pool)] == ["delivered"] * 3
 
 
@@ -295,7 +293,9 @@ async def test_a_proxy_that_is_down_costs_no_attempt(pool, runtime, receiver) ->
 
 
 @pytest.mark.parametrize("answer", [403, 407])
-async def test_a_proxy_that_refuses_costs_no_attempt(pool, runtime, receiver, proxy, answer) -> None:
+async def test_a_proxy_that_refuses_costs_no_attempt(
+    pool, runtime, receiver, proxy, answer
+) -> None:
     proxy.answer = answer
     rt = with_settings(runtime, egress_proxy=proxy.url, max_attempts=1)
     await backlog(pool, rt, receiver.url, 1)
