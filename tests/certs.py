@@ -1,4 +1,4 @@
-"""Certificates made by the tests (``cryptography``): a CA, certificates it signs, self-signed ones."""
+"""Certificates the tests make (``cryptography``): CAs, certificates they sign, self-signed ones."""
 
 from __future__ import annotations
 

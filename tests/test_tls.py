@@ -55,6 +55,7 @@ async def dns() -> AsyncIterator[FakeDns]:
 
 
 async def peer_cert(request: web.Request, rx: Receiver) -> web.StreamResponse:
+    assert request.transport is not None
     rx.state.setdefault("peers", []).append(request.transport.get_extra_info("peercert"))
     return web.Response(status=204)
 
@@ -211,7 +212,7 @@ def test_a_file_that_cannot_be_used_names_its_variable(
         "key without cert": {"client_key": key},
     }[case]  # type: ignore[assignment]
     with pytest.raises(ConfigurationError) as caught:
-        tls_context(**args)  # type: ignore[arg-type]
+        tls_context(**args)
     assert str(caught.value).startswith(var) and words in str(caught.value)
 
 

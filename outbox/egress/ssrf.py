@@ -21,9 +21,9 @@ import aiohttp
 import idna
 from aiohappyeyeballs import AddrInfoType
 from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.client_exceptions import cert_errors, ssl_errors
 from aiohttp.client_proto import ResponseHandler
 from aiohttp.client_reqrep import ClientRequest
-from aiohttp.client_exceptions import cert_errors, ssl_errors
 from aiohttp.helpers import ceil_timeout
 
 from hookrelay.outbox.destinations import DEFAULT_PORTS, classify, embedded_ipv4
