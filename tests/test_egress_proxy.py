@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import struct
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -479,3 +480,49 @@ async def test_a_proxy_that_never_gets_through_is_the_destinations(monkeypatch, 
             await sender.post(receiver.url, b"{}", {}, 100)
     finally:
         await sender.aclose()
+
+
+async def test_tls_failures_inside_the_tunnel_are_the_receivers(
+    pool, runtime, dns, proxy, receiver, tmp_path
+) -> None:
+    alone = issue("hooks.test", hosts=("hooks.test",))  # self-signed: trusted by nobody
+    rx = await Receiver(tls=server_context(tmp_path, alone)).start()
+    try:
+        rt = with_settings(runtime, egress_proxy=proxy.url, dns_servers=dns.server, max_attempts=1)
+        tenant, _ = await backlog(pool, rt, rx.url_for("hooks.test"), 1)
+        # https to a receiver that speaks plain http: the TLS handshake fails.
+        await backlog(pool, rt, f"https://hooks.test:{receiver.port}/hook", 1, tenant)
+        async with running(dispatcher(rt, pool)):
+            await wait_drained(pool)
+        errors = sorted(
+            r["last_error"] for r in await pool.fetch("SELECT last_error FROM dead_letters")
+        )
+        assert len(errors) == 2
+        assert any("certificate verify failed" in e for e in errors)
+        assert set(proxy.asked) == {f"127.0.0.1:{rx.port}", f"127.0.0.1:{receiver.port}"}
+    finally:
+        await rx.stop()
+
+
+async def test_a_proxy_that_resets_during_connect_is_ours() -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()  # an RST, not a FIN
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    try:
+        with pytest.raises(LocalFault) as caught:
+            await open_tunnel(
+                asyncio.get_running_loop(),
+                EgressProxy("127.0.0.1", server.sockets[0].getsockname()[1]),
+                Resolver(),
+                ("192.0.2.1", 443),
+                [],
+            )
+        assert caught.value.kind == "egress_proxy"
+        assert "connection lost during CONNECT" in caught.value.detail
+    finally:
+        server.close()
+        await server.wait_closed()

@@ -21,12 +21,9 @@ from hookrelay.outbox.errors import ConfigurationError
 __all__ = ["tls_context"]
 
 
-def _reason(exc: Exception) -> str:
-    if isinstance(exc, ssl.SSLError):
-        return exc.reason or str(exc)
-    if isinstance(exc, OSError):
-        return exc.strerror or str(exc)
-    return str(exc)
+def _reason(exc: OSError) -> str:
+    reason = exc.reason if isinstance(exc, ssl.SSLError) else exc.strerror
+    return str(reason or exc)
 
 
 def _read(var: str, path: Path) -> bytes:
@@ -53,7 +50,7 @@ def tls_context(
         _read("HOOKRELAY_CA_BUNDLE", ca_bundle)
         try:
             context.load_verify_locations(cafile=ca_bundle)
-        except (ssl.SSLError, ValueError) as exc:
+        except ssl.SSLError as exc:
             raise ConfigurationError(
                 f"HOOKRELAY_CA_BUNDLE={str(ca_bundle)!r}: not a PEM file of CA certificates "
                 f"({_reason(exc)})"
