@@ -17,8 +17,8 @@ to its first delivery (the backlog is there before it starts).
 
 And the egress proxy: one host, ``--proxy-events`` events, drained directly and
 through Debian's tinyproxy (``HOOKRELAY_EGRESS_PROXY``, a CONNECT tunnel per
-connection), alternating ``--repeat`` times; the dispatcher's rate and CPU per
-attempt of each. ``--proxy-only`` runs this shape alone.
+connection), ``--repeat`` pairs, which of the two goes first alternating; the
+dispatcher's rate and CPU per attempt of each. ``--proxy-only`` runs this alone.
 
     python -m bench dispatch_cpu [--events 10000,20000] [--repeat 3] [--pgq-jobs 2000]
                                  [--hosts 100] [--per-host 100] [--fail-rate 0.3]
@@ -153,8 +153,9 @@ async def through_proxy(
     rx, proxy = ReceiverProcess(), Tinyproxy(binary)
     drains: dict[bool, list[Drain]] = {False: [], True: []}
     try:
-        for _ in range(repeat):
-            for proxied in (False, True):
+        for i in range(repeat):
+            # Alternating which goes first, so neither gains from coming second.
+            for proxied in (False, True) if i % 2 == 0 else (True, False):
                 dsn = await fresh_database(server)
                 await fill(dsn, box, [rx.url], n)
                 extra = {"egress_proxy": proxy.url} if proxied else {}
