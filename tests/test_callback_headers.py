@@ -299,3 +299,22 @@ def test_problem_counts_headers_for_any_caller() -> None:
     # The API's shape refuses an eleventh header first; other callers get the same rule.
     assert problem({f"x-{i}": "v" for i in range(11)}) == "at most 10 headers, got 11"
     assert problem({}) is None
+
+
+async def test_through_the_egress_proxy_inside_the_tunnel(
+    client, tenant, pool, runtime, receiver
+) -> None:
+    from tests.test_egress_proxy import RecordingProxy, with_settings
+
+    proxy = await RecordingProxy().start()
+    try:
+        r = await submit(client, tenant, receiver.url, {"x-api-key": SECRET})
+        tid = r.json()["id"]
+        await client.post(f"/v1/tasks/{tid}/complete", json={"status": "succeeded"}, headers=ADMIN)
+        async with running(dispatcher(with_settings(runtime, egress_proxy=proxy.url), pool)):
+            await wait_drained(pool)
+    finally:
+        await proxy.stop()
+    assert header(receiver.received[0], "x-api-key") == SECRET
+    # The proxy saw a CONNECT to the checked address, nothing of the request inside.
+    assert proxy.requests == [f"CONNECT 127.0.0.1:{receiver.port} HTTP/1.1"]
