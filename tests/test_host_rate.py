@@ -46,16 +46,16 @@ async def test_buckets_are_shared_and_unused_tokens_go_back(pool) -> None:
     rate = HostRate(CRAWL)
     async with pool.acquire() as conn:
         got, limited = await rate.take(conn, Counter({("h1", "t"): 5, ("h2", "t"): 1}))
-        assert got == Counter({("h1", "t"): 1, ("h2", "t"): 1}) and limited
+        assert got == Counter({("h1", "t"): 1, ("h2", "t"): 1}) and limited == {"h1"}
         # Another dispatcher, the same buckets: nothing left.
         other = HostRate(CRAWL)
         got, limited = await other.take(conn, Counter({("h1", "t"): 1}))
-        assert got == Counter() and limited
+        assert got == Counter() and limited == {"h1"}
         # h2's token was not used (no row claimed): back into its bucket.
         await rate.give_back(conn, Counter({("h2", "t"): 1}), [])
         got, limited = await other.take(conn, Counter({("h2", "t"): 1}))
         assert got == Counter({("h2", "t"): 1}) and not limited
-        assert await rate.take(conn, Counter({("h1", "t"): 0})) == (Counter(), False)
+        assert await rate.take(conn, Counter({("h1", "t"): 0})) == (Counter(), set())
         tokens = await conn.fetchval("SELECT tokens FROM host_rates WHERE host = 'h2'")
         assert tokens < 1
         # A bucket never holds more than its size.
@@ -80,6 +80,26 @@ async def test_held_events_wait_unspent(pool, runtime: Runtime, receiver) -> Non
     async with running(dispatcher(runtime, pool)):
         await wait_drained(pool)
     assert len(receiver.received) == 3
+
+
+async def test_a_held_host_does_not_hold_up_another(pool, runtime: Runtime, receiver) -> None:
+    limited = replace(runtime, settings=replace(runtime.settings, per_host_rate=CRAWL))
+    tenant, _ = await backlog(pool, runtime, receiver.url, 3)
+    other = await Receiver().start()
+    try:
+        d = dispatcher(limited, pool)
+        async with running(d):
+            await receiver.wait_for(1)
+            await eventually(lambda: d.counters["rate_limited"] >= 1, 10)
+            # Another host's event, committed while the first host is held: sent.
+            await backlog(pool, runtime, other.url, 1, tenant)
+            d.wake()
+            await other.wait_for(1)
+            # The first host's hold ends and is looked at again: still nothing to grant.
+            await eventually(lambda: d.counters["rate_limited"] >= 2, 10)
+    finally:
+        await other.stop()
+    assert len(receiver.received) == 1 and len(other.received) == 1
 
 
 async def test_no_rate_no_bucket(pool, runtime, receiver) -> None:

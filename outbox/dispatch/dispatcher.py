@@ -179,10 +179,11 @@ class Dispatcher:
         # rule (dispatch.scheduler); hosts silent for longer than ANSWERED_S drop out.
         self._answered: dict[str, float] = {}
         self._refill = False  # a lane's rows ahead ran low
-        # The cluster-wide rate per host, if set; while a host is held by it, the
-        # next claim waits until its bucket has refilled (rate_wait_until).
+        # The cluster-wide rate per host, if set. A host its bucket held back is left
+        # out of the claims until then (time.monotonic()), so it neither asks an empty
+        # bucket in a loop nor holds up the claims for other hosts.
         self._rate = HostRate(config.per_host_rate) if config.per_host_rate else None
-        self._rate_wait_until = 0.0
+        self._rate_held: dict[str, float] = {}
 
     # ------------------------------------------------------------ lifecycle
 
@@ -203,16 +204,11 @@ class Dispatcher:
                 self.turned_at = time.monotonic()
                 free = self._free_slots()
                 await self._release(self._ahead.expired(time.monotonic()))
-                rate_wait = self._rate_wait_until - time.monotonic()
-                if (
-                    free > 0
-                    and rate_wait <= 0
-                    and (
-                        self._looked
-                        or self._refill
-                        or self._freed >= self._low_water
-                        or not self._in_flight
-                    )
+                if free > 0 and (
+                    self._looked
+                    or self._refill
+                    or self._freed >= self._low_water
+                    or not self._in_flight
                 ):
                     look, self._looked, self._freed, self._refill = self._looked, False, 0, False
                     try:
@@ -232,9 +228,8 @@ class Dispatcher:
                         continue
                 self._wake.clear()
                 wait = self.config.poll_interval_s
-                rate_wait = self._rate_wait_until - time.monotonic()
-                if rate_wait > 0:  # a host's bucket is refilling: look again once it has
-                    wait = min(wait, rate_wait)
+                if self._rate_held:  # a host's bucket is refilling: look again once it has
+                    wait = min(wait, max(0.0, min(self._rate_held.values()) - time.monotonic()))
                 try:
                     await asyncio.wait_for(self._wake.wait(), wait)
                 except TimeoutError:
@@ -307,6 +302,8 @@ class Dispatcher:
                 lanes = await delivery.due_lanes(conn, upto=upto)
                 if behind_open := held_hosts(lanes):
                     await delivery.hold_lanes(conn, hosts=behind_open, hold_s=HOLD_S)
+            if self._rate_held:
+                lanes = self._without_rate_held(lanes)
             caps = self.config.caps
             before = Counter(self._flight.lanes)
             grants = allocate(
@@ -332,10 +329,12 @@ class Dispatcher:
                 # Only what the hosts' buckets grant is claimed; the rest stays due,
                 # held, costing no attempt. Nothing is leased ahead: a row waiting
                 # ahead would be sent later than its token was taken.
-                asked, limited = await self._rate.take(conn, Counter(grants))
-                if limited:
-                    self.counters["rate_limited"] += 1
-                    self._rate_wait_until = time.monotonic() + self._rate.wait_s
+                asked, short = await self._rate.take(conn, Counter(grants))
+                if short:
+                    limited = True
+                    self.counters["rate_limited"] += len(short)
+                    until = time.monotonic() + self._rate.wait_s
+                    self._rate_held.update(dict.fromkeys(short, until))
             claimed = await delivery.claim_lanes(
                 conn,
                 lanes=[(h, t, n) for (h, t), n in asked.items() if n > 0],
@@ -419,6 +418,16 @@ class Dispatcher:
             await self._release(held)
             return False  # held rows wait a poll interval, not claimed again at once
         return full
+
+    def _without_rate_held(self, lanes: list[DueLane]) -> list[DueLane]:
+        """``lanes`` less those of hosts the rate holds back now; a hold that ended is
+        forgotten, and the next round looks at the due lanes afresh for its rows."""
+        now = time.monotonic()
+        for host, until in list(self._rate_held.items()):
+            if until <= now:
+                del self._rate_held[host]
+                self._looked = True
+        return [lane for lane in lanes if lane.host not in self._rate_held]
 
     def _open_headers(self, rows: list[ClaimedEvent]) -> tuple[list[ClaimedEvent], set[int]]:
         """``rows`` with their tasks' callback headers opened, and the ids of those whose

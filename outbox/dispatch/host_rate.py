@@ -6,9 +6,9 @@ dispatcher asks the buckets of the hosts it means to claim for (``take_host_toke
 one statement) and claims no more than they grant; tokens granted and not used (fewer
 rows due than counted, rows another dispatcher took, a circuit that opened) go back.
 A row the rate holds is simply not claimed: it stays due, spends no attempt, and is
-claimed once its host's bucket has refilled. The dispatcher then waits
-:attr:`HostRate.wait_s` before claiming again, rather than asking an empty bucket in a
-loop.
+claimed once its host's bucket has refilled. The dispatcher leaves that host out of
+its claims for :attr:`HostRate.wait_s` rather than asking an empty bucket in a loop;
+other hosts are claimed for meanwhile as usual.
 
 How it meets the rest of the claim (``dispatch.scheduler``): the scheduler shares the
 free slots between lanes as always; the rate caps each host's share, split between
@@ -54,16 +54,16 @@ class HostRate:
 
     async def take(
         self, conn: asyncpg.Connection, asked: Counter[Lane]
-    ) -> tuple[Counter[Lane], bool]:
-        """``asked`` capped by what the hosts' buckets grant, and whether any host
-        granted less than was asked of it."""
+    ) -> tuple[Counter[Lane], set[str]]:
+        """``asked`` capped by what the hosts' buckets grant, and the hosts that granted
+        less than was asked of them."""
         lanes_of: dict[str, list[Lane]] = defaultdict(list)
         for lane, n in asked.items():
             if n > 0:
                 lanes_of[lane[0]].append(lane)
         wanted = {host: sum(asked[lane] for lane in lanes) for host, lanes in lanes_of.items()}
         if not wanted:
-            return Counter(), False
+            return Counter(), set()
         granted = await delivery.take_host_tokens(
             conn, wanted=wanted, rate=self.rate, burst=self.burst
         )
@@ -71,8 +71,7 @@ class HostRate:
         out: Counter[Lane] = Counter()
         for host, lanes in lanes_of.items():
             out.update(_share(granted.get(host, 0), lanes, asked, self._turn))
-        limited = any(granted.get(host, 0) < n for host, n in wanted.items())
-        return out, limited
+        return out, {host for host, n in wanted.items() if granted.get(host, 0) < n}
 
     async def give_back(
         self, conn: asyncpg.Connection, asked: Counter[Lane], claimed: Sequence[ClaimedEvent]
