@@ -78,11 +78,7 @@ CREATE TABLE IF NOT EXISTS tasks (
     heartbeat_timeout_s   double precision,
     heartbeat_at          timestamptz,
     heartbeat_due_at      timestamptz,
-    on_timeout            jsonb,
-    -- Callback headers (0019): their values sealed under the master key (the task
-    -- id as associated data), never returned; their names, which the resource shows.
-    callback_headers_enc  bytea,
-    callback_header_names text[]
+    on_timeout            jsonb
 );
 -- Reconciliation listing: keyset on (updated_at, id) within a tenant.
 CREATE INDEX IF NOT EXISTS tasks_tenant_updated ON tasks (tenant_id, updated_at, id);
@@ -422,6 +418,16 @@ $$;
 DROP TRIGGER IF EXISTS tenants_forgotten ON tenants;
 CREATE TRIGGER tenants_forgotten AFTER DELETE ON tenants
     FOR EACH ROW EXECUTE FUNCTION forget_tenant();
+
+-- Callback headers (0019), one row per task that has any: their values sealed under
+-- the master key (the task id as associated data), never returned; their names, which
+-- the task resource shows. Apart from tasks, so older releases' `SELECT *` on tasks
+-- return what they always did.
+CREATE TABLE IF NOT EXISTS callback_headers (
+    task_id  text PRIMARY KEY REFERENCES tasks (id) ON DELETE CASCADE,
+    names    text[] NOT NULL,
+    sealed   bytea NOT NULL
+);
 
 -- HOOKRELAY_PER_HOST_RATE (0020): one token bucket per destination host, shared by
 -- every dispatcher of the database (take_host_tokens). Empty while no rate is set.

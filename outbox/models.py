@@ -164,7 +164,10 @@ class Task:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Task:
-        return cls(**{name: row[name] for name in cls.__slots__})
+        values = {name: row[name] for name in cls.__slots__ if name != "callback_header_names"}
+        # Read from callback_headers (0019) by the statements that show a task; the
+        # sweeper's and ops' own reads of a task leave it out.
+        return cls(**values, callback_header_names=row.get("callback_header_names"))
 
     @property
     def terminal(self) -> bool:

@@ -103,7 +103,7 @@ async def test_sent_on_every_attempt_retry_replay_and_redelivery_and_shown_nowhe
     assert all(SECRET not in text for text in answers)
     assert SECRET not in caplog.text
     # At rest: sealed, and no column of any table holds the value.
-    sealed = await pool.fetchval("SELECT callback_headers_enc FROM tasks WHERE id = $1", tid)
+    sealed = await pool.fetchval("SELECT sealed FROM callback_headers WHERE task_id = $1", tid)
     assert SECRET.encode() not in sealed
     assert unseal(runtime.secret_box, tid, sealed) == {"X-Api-Key": SECRET, "X-Ref": "acme"}
     tables = await pool.fetch("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
@@ -204,7 +204,7 @@ async def test_headers_that_do_not_decrypt_dead_letter_the_event(
     tid = r.json()["id"]
     # Another task's sealed headers: authentic, but bound to that task's id.
     await pool.execute(
-        "UPDATE tasks SET callback_headers_enc = $2 WHERE id = $1",
+        "UPDATE callback_headers SET sealed = $2 WHERE task_id = $1",
         tid,
         seal(runtime.secret_box, "task_other", {"x-api-key": "x"}),
     )
@@ -223,7 +223,7 @@ async def test_held_not_buried_when_this_process_has_another_key(
     tid = r.json()["id"]
     other = SecretBox(secrets.token_bytes(32))
     await pool.execute(
-        "UPDATE tasks SET callback_headers_enc = $2 WHERE id = $1",
+        "UPDATE callback_headers SET sealed = $2 WHERE task_id = $1",
         tid,
         seal(other, tid, {"x-api-key": SECRET}),
     )
@@ -246,7 +246,7 @@ async def test_master_key_rotation_reseals_them(client, tenant, pool, runtime) -
     new = SecretBox(secrets.token_bytes(32))
     async with pool.acquire() as conn:
         await rotate_master_key(conn, runtime.secret_box, new)
-    sealed = await pool.fetchval("SELECT callback_headers_enc FROM tasks WHERE id = $1", tid)
+    sealed = await pool.fetchval("SELECT sealed FROM callback_headers WHERE task_id = $1", tid)
     assert unseal(new, tid, sealed) == {"x-api-key": SECRET}
     with pytest.raises(ConfigurationError):
         unseal(runtime.secret_box, tid, sealed)
@@ -257,7 +257,9 @@ async def test_master_key_rotation_stops_at_headers_that_do_not_decrypt(
 ) -> None:
     r = await submit(client, tenant, "http://127.0.0.1:9/hook", {"x-api-key": SECRET})
     tid = r.json()["id"]
-    await pool.execute("UPDATE tasks SET callback_headers_enc = '\\x01'::bytea WHERE id = $1", tid)
+    await pool.execute(
+        "UPDATE callback_headers SET sealed = '\\x01'::bytea WHERE task_id = $1", tid
+    )
     with pytest.raises(ConfigurationError, match=f"callback headers of task {tid}"):
         async with pool.acquire() as conn:
             await rotate_master_key(conn, runtime.secret_box, SecretBox(secrets.token_bytes(32)))

@@ -77,14 +77,12 @@ UPDATE signing_secrets s SET secret_enc = v.enc
 -- name: all_callback_headers_for_update
 -- Rotation of the master key: every task's sealed callback headers, locked until
 -- the re-encryption commits.
-SELECT id, callback_headers_enc FROM tasks
- WHERE callback_headers_enc IS NOT NULL
-   FOR UPDATE;
+SELECT task_id, sealed FROM callback_headers FOR UPDATE;
 
 -- name: reencrypt_callback_headers
-UPDATE tasks t SET callback_headers_enc = v.enc
+UPDATE callback_headers h SET sealed = v.enc
   FROM unnest($1::text[], $2::bytea[]) AS v(id, enc)
- WHERE t.id = v.id;
+ WHERE h.task_id = v.id;
 
 -- name: insert_tenant
 INSERT INTO tenants (id, name, api_key_hash, signature_scheme) VALUES ($1, $2, $3, $4)
@@ -156,25 +154,33 @@ SELECT t.signature_scheme, s.scheme, s.public_key, s.created_at, s.expires_at
   WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL);
 
 -- name: _new_task
--- $10, $11: the callback headers, sealed, and their names (NULL for none).
 INSERT INTO tasks (id, tenant_id, type, input, callback_url, metadata, timeout_at,
-                   heartbeat_timeout_s, on_timeout, callback_headers_enc,
-                   callback_header_names)
+                   heartbeat_timeout_s, on_timeout)
 VALUES ($1, $2, $3, $4, $5, $6,
         CASE WHEN $7::float8 IS NULL THEN NULL ELSE now() + make_interval(secs => $7) END,
-        $8, $9, $10, $11)
+        $8, $9)
 RETURNING *
 
+-- name: _new_task_headers
+-- The new task's callback headers, sealed ($10) with their names ($11), in their own
+-- table (0019) when it has any: a column on tasks would change what older releases'
+-- cached `SELECT *` statements return, failing them once in a transaction.
+hdr AS (INSERT INTO callback_headers (task_id, names, sealed)
+        SELECT id, $11::text[], $10::bytea FROM task WHERE $10::bytea IS NOT NULL)
+
 -- name: insert_task
-{{_new_task}};
+WITH task AS ({{_new_task}}),
+     {{_new_task_headers}}
+SELECT *, $11::text[] AS callback_header_names FROM task;
 
 -- name: insert_task_keyed
 -- A submit with an Idempotency-Key ($12, request hash $13): the task and its key
 -- in one statement, inside the transaction that holds the key's lock.
 WITH task AS ({{_new_task}}),
+     {{_new_task_headers}},
      kept AS (INSERT INTO idempotency_keys (tenant_id, key, request_hash, task_id)
               SELECT tenant_id, $12, $13, id FROM task)
-SELECT * FROM task;
+SELECT *, $11::text[] AS callback_header_names FROM task;
 
 -- name: _task_as_text
 -- A task row with its jsonb columns as JSON text, for the statements an
@@ -186,7 +192,8 @@ error::text AS error, callback_url, metadata::text AS metadata, created_at, upda
 completed_at, timeout_at, version, event_id, delivery_status, delivery_attempts,
 last_attempt_at, last_status_code, last_error, next_attempt_at, delivered_at,
 progress::text AS progress, heartbeat_timeout_s, heartbeat_at, heartbeat_due_at,
-on_timeout::text AS on_timeout, callback_header_names
+on_timeout::text AS on_timeout,
+(SELECT h.names FROM callback_headers h WHERE h.task_id = tasks.id) AS callback_header_names
 
 -- name: get_task
 -- $2 NULL means "any tenant" (executor and ops); partners always pass theirs.
@@ -199,7 +206,8 @@ SELECT {{_task_as_text}} FROM tasks WHERE id = $1 AND ($2::text IS NULL OR tenan
 -- reader that moved its cursor past those would never see them. So the page
 -- stops at the horizon: the start of the oldest transaction still open in
 -- this database. Everything before it is final; the rest shows up next poll.
-SELECT * FROM tasks
+SELECT t.*, (SELECT h.names FROM callback_headers h WHERE h.task_id = t.id) AS callback_header_names
+  FROM tasks t
  WHERE tenant_id = $1
    AND ($2::text IS NULL OR status = $2)
    AND ($3::timestamptz IS NULL OR updated_at > $3)
@@ -285,7 +293,7 @@ SELECT pg_try_advisory_xact_lock(hashtextextended($1 || ':' || $2, 42));
 -- name: idempotency_get
 -- The key's request hash and its task, in one read (the key's row goes with its
 -- task, ON DELETE CASCADE, so the task is there).
-SELECT k.request_hash, t.*
+SELECT k.request_hash, t.*, (SELECT h.names FROM callback_headers h WHERE h.task_id = t.id) AS callback_header_names
   FROM idempotency_keys k JOIN tasks t ON t.id = k.task_id
  WHERE k.tenant_id = $1 AND k.key = $2;
 
@@ -376,7 +384,7 @@ RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url
           (SELECT t.secret_version FROM tenants t WHERE t.id = o.tenant_id),
           o.lost_leases,
           -- The task's callback headers, sealed (NULL for none, and for a test event).
-          (SELECT t.callback_headers_enc FROM tasks t WHERE t.id = o.task_id);
+          (SELECT h.sealed FROM callback_headers h WHERE h.task_id = o.task_id);
 
 -- name: claim_probe
 -- The single row a granted probe sends to host $1 (take_probes made its circuit
@@ -408,7 +416,7 @@ RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url
           (SELECT t.secret_version FROM tenants t WHERE t.id = o.tenant_id),
           o.lost_leases,
           -- The task's callback headers, sealed (NULL for none, and for a test event).
-          (SELECT t.callback_headers_enc FROM tasks t WHERE t.id = o.task_id);
+          (SELECT h.sealed FROM callback_headers h WHERE h.task_id = o.task_id);
 
 -- name: take_host_tokens
 -- HOOKRELAY_PER_HOST_RATE, shared by every dispatcher of the database: for each
@@ -685,7 +693,8 @@ SELECT count(*) FILTER (WHERE heartbeat_at < now() - make_interval(secs => $1)) 
  WHERE status = 'running';
 
 -- name: lock_task
-SELECT * FROM tasks WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2) FOR UPDATE;
+SELECT t.*, (SELECT h.names FROM callback_headers h WHERE h.task_id = t.id) AS callback_header_names
+  FROM tasks t WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2) FOR UPDATE OF t;
 
 -- name: requeue_events
 -- Put events back into the outbox, one row per element of the arrays $1..$7,
@@ -1069,7 +1078,7 @@ SELECT c.seq, c.changed_at,
        t.last_attempt_at, t.last_status_code, t.last_error, t.next_attempt_at, t.delivered_at,
        NULLIF(c.state -> 'progress', 'null'::jsonb) AS progress,
        t.heartbeat_timeout_s, t.heartbeat_at, t.heartbeat_due_at, t.on_timeout,
-       t.callback_header_names
+       (SELECT h.names FROM callback_headers h WHERE h.task_id = t.id) AS callback_header_names
   FROM task_changes c JOIN tasks t ON t.id = c.task_id
 
 -- name: number_changes
@@ -1108,7 +1117,8 @@ SELECT min(version) FROM task_changes WHERE task_id = $1;
 -- the number and time of the change that made its current version (from
 -- task_changes_task; seq NULL once retention purged it). Another tenant's task is
 -- not found, exactly like a task that does not exist.
-SELECT c.seq, COALESCE(c.changed_at, t.updated_at) AS changed_at, t.*
+SELECT c.seq, COALESCE(c.changed_at, t.updated_at) AS changed_at, t.*,
+       (SELECT h.names FROM callback_headers h WHERE h.task_id = t.id) AS callback_header_names
   FROM tasks t LEFT JOIN task_changes c ON c.task_id = t.id AND c.version = t.version
  WHERE t.tenant_id = $1 AND t.id = ANY($2::text[]);
 

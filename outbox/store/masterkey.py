@@ -63,10 +63,7 @@ async def reencrypt_secrets(
 async def callback_headers_for_update(conn: asyncpg.Connection) -> list[tuple[str, bytes]]:
     """(task id, sealed callback headers) of every task that has some, row-locked until
     the caller's transaction ends."""
-    return [
-        (r["id"], r["callback_headers_enc"])
-        for r in await conn.fetch(_ALL_CALLBACK_HEADERS_FOR_UPDATE)
-    ]
+    return [(r["task_id"], r["sealed"]) for r in await conn.fetch(_ALL_CALLBACK_HEADERS_FOR_UPDATE)]
 
 
 async def reencrypt_callback_headers(
