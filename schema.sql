@@ -78,7 +78,11 @@ CREATE TABLE IF NOT EXISTS tasks (
     heartbeat_timeout_s   double precision,
     heartbeat_at          timestamptz,
     heartbeat_due_at      timestamptz,
-    on_timeout            jsonb
+    on_timeout            jsonb,
+    -- The callback URL's destination key (0018), computed at submit so that a
+    -- completion is one statement (queries.sql: finish_task); NULL on tasks that
+    -- a release before 0018 submitted, which are completed the older way.
+    callback_host         text
 );
 -- Reconciliation listing: keyset on (updated_at, id) within a tenant.
 CREATE INDEX IF NOT EXISTS tasks_tenant_updated ON tasks (tenant_id, updated_at, id);
@@ -418,3 +422,14 @@ $$;
 DROP TRIGGER IF EXISTS tenants_forgotten ON tenants;
 CREATE TRIGGER tenants_forgotten AFTER DELETE ON tenants
     FOR EACH ROW EXECUTE FUNCTION forget_tenant();
+
+-- A timestamp as the API writes one (0018; msgspec, Python's datetime.isoformat):
+-- UTC, a Z, and the microseconds only when there are some. The webhook bodies that
+-- finish_task (queries.sql) builds in SQL write their times with it.
+CREATE OR REPLACE FUNCTION webhook_time(at timestamptz) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
+        || CASE WHEN extract(microseconds FROM at)::bigint % 1000000 = 0 THEN ''
+                ELSE to_char(at AT TIME ZONE 'UTC', '.US') END
+        || 'Z'
+$$;

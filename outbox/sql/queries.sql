@@ -144,22 +144,24 @@ SELECT t.signature_scheme, s.scheme, s.public_key, s.created_at, s.expires_at
   WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL);
 
 -- name: _new_task
+-- $10: the callback URL's destination key (hookrelay.outbox.destinations), computed
+-- once here so that completing the task needs no Python between its statements.
 INSERT INTO tasks (id, tenant_id, type, input, callback_url, metadata, timeout_at,
-                   heartbeat_timeout_s, on_timeout)
+                   heartbeat_timeout_s, on_timeout, callback_host)
 VALUES ($1, $2, $3, $4, $5, $6,
         CASE WHEN $7::float8 IS NULL THEN NULL ELSE now() + make_interval(secs => $7) END,
-        $8, $9)
+        $8, $9, $10)
 RETURNING *
 
 -- name: insert_task
 {{_new_task}};
 
 -- name: insert_task_keyed
--- A submit with an Idempotency-Key ($10, request hash $11): the task and its key
+-- A submit with an Idempotency-Key ($11, request hash $12): the task and its key
 -- in one statement, inside the transaction that holds the key's lock.
 WITH task AS ({{_new_task}}),
      kept AS (INSERT INTO idempotency_keys (tenant_id, key, request_hash, task_id)
-              SELECT tenant_id, $10, $11, id FROM task)
+              SELECT tenant_id, $11, $12, id FROM task)
 SELECT * FROM task;
 
 -- name: _task_as_text
@@ -194,27 +196,94 @@ SELECT * FROM tasks
  ORDER BY updated_at, id
  LIMIT $6;
 
+-- name: _transition_set
+-- A transition's changes to the task row, shared by transition_task and finish_task.
+-- $2 the new status; $3 and $4 result and error as JSON text (cast here, so no
+-- connection needs a jsonb codec); $5 the new event id of a terminal transition,
+-- which also starts the delivery summary.
+SET status = $2,
+    result = COALESCE($3::text::jsonb, result),
+    error = COALESCE($4::text::jsonb, error),
+    updated_at = now(),
+    completed_at = CASE WHEN $5::text IS NULL THEN completed_at ELSE now() END,
+    version = version + 1,
+    event_id = COALESCE($5, event_id),
+    delivery_status = CASE WHEN $5::text IS NULL THEN delivery_status ELSE 'pending' END,
+    next_attempt_at = CASE WHEN $5::text IS NULL THEN next_attempt_at ELSE now() END,
+    -- Starting is the first sign of life; the heartbeat clock runs only while running.
+    heartbeat_at = CASE WHEN $2 = 'running' THEN now() ELSE heartbeat_at END,
+    heartbeat_due_at = CASE WHEN $2 = 'running' AND heartbeat_timeout_s IS NOT NULL
+                            THEN now() + make_interval(secs => heartbeat_timeout_s) END
+
 -- name: transition_task
 -- The state machine lives in the WHERE clause: the row changes only if its
 -- current status is one of $6, so two racing transitions cannot both win.
--- A terminal transition ($5 = new event id) also starts the delivery summary.
--- $3 and $4 are JSON text (cast here, so no connection needs a jsonb codec).
+-- The event of a terminal one is then written by insert_outbox, in the same
+-- transaction. Only for a task submitted before 0018, which has no destination
+-- key (callback_host): finish_task does the rest in one statement.
 UPDATE tasks
-   SET status = $2,
-       result = COALESCE($3::text::jsonb, result),
-       error = COALESCE($4::text::jsonb, error),
-       updated_at = now(),
-       completed_at = CASE WHEN $5::text IS NULL THEN completed_at ELSE now() END,
-       version = version + 1,
-       event_id = COALESCE($5, event_id),
-       delivery_status = CASE WHEN $5::text IS NULL THEN delivery_status ELSE 'pending' END,
-       next_attempt_at = CASE WHEN $5::text IS NULL THEN next_attempt_at ELSE now() END,
-       -- Starting is the first sign of life; the heartbeat clock runs only while running.
-       heartbeat_at = CASE WHEN $2 = 'running' THEN now() ELSE heartbeat_at END,
-       heartbeat_due_at = CASE WHEN $2 = 'running' AND heartbeat_timeout_s IS NOT NULL
-                               THEN now() + make_interval(secs => heartbeat_timeout_s) END
+{{_transition_set}}
  WHERE id = $1 AND status = ANY($6::text[]) AND ($7::text IS NULL OR tenant_id = $7)
 RETURNING {{_task_as_text}};
+
+-- name: _event_body
+-- The webhook body of the terminal event of t (the task as the transition leaves
+-- it): {"type", "timestamp", "data"}, data being the task resource without its
+-- delivery summary, fields in the order of hookrelay.outbox.models.TaskData, and
+-- updatedAt the completion time, as at commit. Compact JSON, byte for byte what
+-- Python's json.dumps(separators=(",", ":"), ensure_ascii=False) writes for the same
+-- values (PostgreSQL escapes strings as it does), but for numbers: a jsonb number
+-- keeps PostgreSQL's spelling (0.0000001 where Python writes 1e-07). Built once,
+-- when the event commits, and stored: every attempt sends these bytes. The
+-- compaction removes the blanks PostgreSQL writes after "," and ":" and around
+-- " : ", outside strings (the first alternative consumes each string whole).
+regexp_replace(json_build_object(
+    'type', 'task.' || t.status,
+    'timestamp', webhook_time(t.completed_at),
+    'data', json_build_object(
+        'id', t.id, 'type', t.type, 'status', t.status, 'input', t.input,
+        'result', t.result, 'error', t.error, 'callbackUrl', t.callback_url,
+        'metadata', t.metadata, 'createdAt', webhook_time(t.created_at),
+        'updatedAt', webhook_time(t.completed_at),
+        'completedAt', webhook_time(t.completed_at),
+        'timeoutAt', webhook_time(t.timeout_at),
+        -- a float as Python writes it: 30.0 where PostgreSQL writes 30
+        'heartbeatTimeoutSeconds', (CASE
+            WHEN t.heartbeat_timeout_s = trunc(t.heartbeat_timeout_s)
+             AND abs(t.heartbeat_timeout_s) < 1e15
+            THEN trunc(t.heartbeat_timeout_s)::bigint::text || '.0'
+            ELSE t.heartbeat_timeout_s::text END)::json,
+        'onTimeout', t.on_timeout, 'progress', t.progress, 'version', t.version)
+)::text, '("(?:[^"\\]|\\.)*")|\s*([,:])\s*', '\1\2', 'g')
+
+-- name: finish_task
+-- A task's transition and, when terminal ($5 = its new event id), its event and
+-- outbox row, in ONE statement: under autocommit (hookrelay's API) one round
+-- trip commits all three or nothing; in an executor's transaction they commit
+-- with its work. The state machine lives in the WHERE clause, as in
+-- transition_task: the row changes only if its status is one of $6, so two
+-- racing transitions cannot both win, and nothing else is written by the loser.
+-- The event body is built here from the row the UPDATE returns (_event_body),
+-- stored once in events and never changed; the outbox row carries the
+-- destination key computed at submit. A task submitted before 0018 has none
+-- (callback_host NULL): it is left unchanged, no row comes back, and the caller
+-- completes it the older way (transition_task, insert_outbox) in a transaction.
+WITH t AS (
+    UPDATE tasks
+    {{_transition_set}}
+     WHERE id = $1 AND status = ANY($6::text[]) AND ($7::text IS NULL OR tenant_id = $7)
+       AND ($5::text IS NULL OR callback_host IS NOT NULL)
+    RETURNING *
+), stored AS (
+    INSERT INTO events (event_id, tenant_id, task_id, event_type, body)
+    SELECT t.event_id, t.tenant_id, t.id, 'task.' || t.status, {{_event_body}}
+      FROM t WHERE $5::text IS NOT NULL
+), queued AS (
+    INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host)
+    SELECT t.event_id, t.tenant_id, t.id, 'task.' || t.status, t.callback_url, t.callback_host
+      FROM t WHERE $5::text IS NOT NULL
+)
+SELECT {{_task_as_text}} FROM t;
 
 -- name: report_progress
 -- A progress call on a running task: the report, a new version, and the next

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from hookrelay.outbox import ids
 from hookrelay.outbox.destinations import host_key
@@ -31,6 +31,7 @@ from hookrelay.outbox.store.steps import Plan, Step
 
 __all__ = [
     "TimeoutReason",
+    "autocommit_plan",
     "complete_plan",
     "destination_host",
     "event_body",
@@ -86,24 +87,40 @@ def _transition(
     error: Any = None,
     tenant_id: str | None = None,
     notify: bool = True,
-) -> Plan[Task]:
+    in_transaction: bool = True,
+) -> Plan[Task | None]:
+    """The transition, and a terminal one's event, in one statement (``finish_step``).
+
+    A task submitted by a release before 0018 has no destination key on its row:
+    the statement leaves it be, and it is completed the older way, the transition
+    and then the event built here, which must share a transaction. Not
+    ``in_transaction`` (hookrelay's API, under autocommit), the plan then returns
+    None before writing anything, for the caller to run it again in one.
+    """
     terminal = status in TERMINAL_STATUSES
     new_event = EventId(ids.event_id()) if terminal else None
-    task: Task | None = yield tasks.transition_step(
-        task_id=task_id,
-        status=status,
-        allowed_from=allowed_from,
-        result=result,
-        error=error,
-        event_id=new_event,
-        tenant_id=tenant_id,
-    )
+    change = {
+        "task_id": task_id,
+        "status": status,
+        "allowed_from": allowed_from,
+        "result": result,
+        "error": error,
+        "event_id": new_event,
+        "tenant_id": tenant_id,
+    }
+    task: Task | None = yield tasks.finish_step(**change)
     if task is None:
         current: Task | None = yield tasks.get_step(task_id=task_id, tenant_id=tenant_id)
         if current is None:
             raise TaskNotFound(task_id)
-        raise InvalidTransition(task_id, current)
-    if terminal:
+        if not (terminal and current.status in allowed_from):
+            raise InvalidTransition(task_id, current)
+        # Allowed, yet not changed: a task without a destination key (older release).
+        if not in_transaction:
+            return None
+        task = yield tasks.transition_step(**change)
+        if task is None:  # another transition won since the read
+            raise InvalidTransition(task_id, current)
         yield event_step(task)
     if notify:
         yield events.notify_step(task_id=task.id)
@@ -112,7 +129,8 @@ def _transition(
 
 def start_plan(task_id: str, *, notify: bool = True) -> Plan[Task]:
     """queued → running."""
-    return _transition(task_id, "running", ["queued"], notify=notify)
+    # In a transaction, the plan never gives None.
+    return cast("Plan[Task]", _transition(task_id, "running", ["queued"], notify=notify))
 
 
 def complete_plan(
@@ -126,9 +144,8 @@ def complete_plan(
 ) -> Plan[Task]:
     """A live task → terminal ``status``, with its webhook event (ValueError at once
     for a status that is not terminal). ``notify``: see ``outbox.complete_task``."""
-    if status not in TERMINAL_STATUSES:
-        raise ValueError(f"{status!r} is not a terminal status")
-    return _transition(
+    _check_terminal(status)
+    plan = _transition(
         task_id,
         status,
         LIVE_STATUSES,
@@ -137,6 +154,40 @@ def complete_plan(
         tenant_id=tenant_id,
         notify=notify,
     )
+    return cast("Plan[Task]", plan)  # in a transaction, never None
+
+
+def autocommit_plan(
+    task_id: str,
+    status: TaskStatus,
+    result: Any = None,
+    error: Any = None,
+    *,
+    tenant_id: str | None = None,
+) -> Plan[Task | None]:
+    """:func:`start_plan` (``running``) or :func:`complete_plan` (a terminal status)
+    for a connection with no transaction open, where each statement commits on its
+    own: one statement writes, with no NOTIFY (the caller wakes watchers after the
+    commit). None, with nothing written, for a task that only a transaction can
+    complete (submitted by a release before 0018): run :func:`complete_plan` then."""
+    if status == "running":
+        return _transition(task_id, status, ["queued"], notify=False, in_transaction=False)
+    _check_terminal(status)
+    return _transition(
+        task_id,
+        status,
+        LIVE_STATUSES,
+        result=result,
+        error=error,
+        tenant_id=tenant_id,
+        notify=False,
+        in_transaction=False,
+    )
+
+
+def _check_terminal(status: str) -> None:
+    if status not in TERMINAL_STATUSES:
+        raise ValueError(f"{status!r} is not a terminal status")
 
 
 TimeoutReason = Literal["deadline", "heartbeat"]

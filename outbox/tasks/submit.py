@@ -9,7 +9,8 @@ from typing import Any
 import asyncpg
 
 from hookrelay.outbox import ids
-from hookrelay.outbox.errors import IdempotencyInFlight, IdempotencyKeyReused
+from hookrelay.outbox.destinations import host_key
+from hookrelay.outbox.errors import IdempotencyInFlight, IdempotencyKeyReused, InvalidCallbackUrl
 from hookrelay.outbox.models import Task, TaskId
 from hookrelay.outbox.store import tasks as store
 
@@ -79,8 +80,18 @@ async def _insert(
         timeout_s=spec.timeout_s,
         heartbeat_timeout_s=spec.heartbeat_timeout_s,
         on_timeout=spec.on_timeout,
+        callback_host=_destination(spec.callback_url),
         idempotency=idempotency,
     )
+
+
+def _destination(url: str) -> str | None:
+    """The URL's destination key, kept on the task so that its completion is one
+    statement; None if it has none (the completion then fails as it always has)."""
+    try:
+        return host_key(url)
+    except InvalidCallbackUrl:
+        return None
 
 
 async def get_task(
