@@ -33,6 +33,7 @@ import asyncpg
 from bench.common import ReceiverProcess, fresh_database, percentile, record, server_dsn
 from bench.sched import cpu_s
 from hookrelay.outbox import ids
+from hookrelay.outbox.destinations import host_key
 from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.store import changes
 from hookrelay.outbox.tenants import create_tenant
@@ -102,8 +103,9 @@ async def seed(dsn: str, tenant_id: str, url: str, n: int) -> list[str]:
     try:
         await conn.copy_records_to_table(
             "tasks",
-            records=[(t, tenant_id, "bench", url) for t in task_ids],
-            columns=["id", "tenant_id", "type", "callback_url"],
+            records=[(t, tenant_id, "bench", url, host_key(url)) for t in task_ids],
+            # callback_host as a submit writes it: the completion is then one statement
+            columns=["id", "tenant_id", "type", "callback_url", "callback_host"],
         )
         await changes.number_pending(conn)  # set-up, not the measured API's work
     finally:

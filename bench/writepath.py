@@ -32,6 +32,7 @@ from bench.api import load
 from bench.common import fresh_database, record, server_dsn
 from bench.sched import cpu_s
 from hookrelay.outbox import ids
+from hookrelay.outbox.destinations import host_key
 from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.store import changes
 from hookrelay.outbox.tenants import create_tenant
@@ -107,8 +108,12 @@ async def seed_tasks(dsn: str, tenants: list[str], n: int) -> list[str]:
     try:
         await conn.copy_records_to_table(
             "tasks",
-            records=[(t, tenants[i % len(tenants)], "bench", HOOK) for i, t in enumerate(task_ids)],
-            columns=["id", "tenant_id", "type", "callback_url"],
+            records=[
+                (t, tenants[i % len(tenants)], "bench", HOOK, host_key(HOOK))
+                for i, t in enumerate(task_ids)
+            ],
+            # callback_host as a submit writes it: the completion is then one statement
+            columns=["id", "tenant_id", "type", "callback_url", "callback_host"],
         )
         # Their creations are changes for the status streams: numbered now, in the
         # set-up, not by the API process while it is being measured.
