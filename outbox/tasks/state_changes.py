@@ -51,17 +51,25 @@ def event_body(task: Task) -> str:
     """The webhook body of ``task``'s terminal event, as its commit stores it.
 
     Built once, when the event is committed, and stored in ``events``; every
-    attempt, retry, replay and redelivery sends those bytes. ``updatedAt`` is
-    the completion time, as it is at commit, so a body rebuilt later for an
-    event stored before bodies were kept (see ``redelivery``) is the same.
+    attempt, retry, replay and redelivery sends those bytes. The commit builds it
+    in SQL (``_event_body`` in queries.sql); this writes the same bytes from a Task,
+    for an event that the database did not build (a task an older release
+    submitted, an event stored before bodies were kept: see ``redelivery``). The
+    body's own objects are compact; a JSON value of the task (input, result, ...)
+    is written as PostgreSQL writes jsonb, with a blank after each ``,`` and ``:``.
+    ``updatedAt`` is the completion time, as it is at commit.
     """
     at_commit = replace(task, updated_at=task.completed_at or task.updated_at)
-    payload = {
-        "type": f"task.{task.status}",
-        "timestamp": iso(task.completed_at),
-        "data": at_commit.to_event_data(),
-    }
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+    data = ",".join(
+        f"{_dumps(name)}:{_dumps(value)}" for name, value in at_commit.to_event_data().items()
+    )
+    head = f'{{"type":{_dumps(f"task.{task.status}")},"timestamp":{_dumps(iso(task.completed_at))}'
+    return f'{head},"data":{{{data}}}}}'
+
+
+def _dumps(value: Any) -> str:
+    # PostgreSQL's jsonb text: ", " and ": " between items, non-ASCII as it is.
+    return json.dumps(value, separators=(", ", ": "), ensure_ascii=False)
 
 
 def event_step(task: Task) -> Step:
