@@ -78,11 +78,7 @@ CREATE TABLE IF NOT EXISTS tasks (
     heartbeat_timeout_s   double precision,
     heartbeat_at          timestamptz,
     heartbeat_due_at      timestamptz,
-    on_timeout            jsonb,
-    -- The callback URL's destination key (0018), computed at submit so that a
-    -- completion is one statement (queries.sql: finish_task); NULL on tasks that
-    -- a release before 0018 submitted, which are completed the older way.
-    callback_host         text
+    on_timeout            jsonb
 );
 -- Reconciliation listing: keyset on (updated_at, id) within a tenant.
 CREATE INDEX IF NOT EXISTS tasks_tenant_updated ON tasks (tenant_id, updated_at, id);
@@ -422,6 +418,16 @@ $$;
 DROP TRIGGER IF EXISTS tenants_forgotten ON tenants;
 CREATE TRIGGER tenants_forgotten AFTER DELETE ON tenants
     FOR EACH ROW EXECUTE FUNCTION forget_tenant();
+
+-- A live task's destination key (0018: hookrelay.outbox.destinations), computed at
+-- submit and used by the statement that writes its event (queries.sql: finish_task),
+-- which deletes the row: a completion then needs no Python between its parts. Not
+-- a column of tasks, whose row type older releases' "SELECT *" statements return.
+-- A task an older release submitted has none, and is completed the older way.
+CREATE TABLE IF NOT EXISTS task_hosts (
+    task_id text PRIMARY KEY REFERENCES tasks (id) ON DELETE CASCADE,
+    host    text NOT NULL
+);
 
 -- A timestamp as the API writes one (0018; msgspec, Python's datetime.isoformat):
 -- UTC, a Z, and the microseconds only when there are some. The webhook bodies that

@@ -199,8 +199,11 @@ async def test_autocommit_complete_is_one_statement(
 ) -> None:
     """hookrelay's API: the transition, the event and the outbox row in one round trip,
     committed by it (no BEGIN, no COMMIT), visible to others at once."""
+    kept = "SELECT host FROM task_hosts WHERE task_id = $1"
+    assert await pool.fetchval(kept, task_id) == "http://127.0.0.1:9"  # from the submit
     task = await complete_task(counted, task_id, "failed", error={"code": "x"}, autocommit=True)
     assert len(counted.sent) == 1 and not counted.is_in_transaction()
+    assert await pool.fetchval(kept, task_id) is None  # used, and gone with it
     assert task.status == "failed" and task.event_id is not None
     rows = await outbox_rows(pool, task_id)
     assert [r["event_id"] for r in rows] == [task.event_id]
@@ -217,9 +220,11 @@ async def test_autocommit_complete_is_one_statement(
     assert len(await outbox_rows(pool, task_id)) == 1
 
 
-async def test_autocommit_start_is_one_statement(task_id: str, counted) -> None:
+async def test_autocommit_start_is_one_statement(pool, task_id: str, counted) -> None:
     task = await start_task(counted, task_id, autocommit=True)
     assert task.status == "running" and len(counted.sent) == 1
+    kept = "SELECT count(*) FROM task_hosts WHERE task_id = $1"
+    assert await pool.fetchval(kept, task_id) == 1  # kept for the terminal event
     with pytest.raises(TaskNotFound):
         await start_task(counted, "task_nope", autocommit=True)
 
@@ -230,7 +235,7 @@ async def test_task_of_an_older_release_is_completed_in_a_transaction(
     """A release before 0018 submits tasks without their destination key: the one
     statement leaves such a task be, and it is completed the older way, with the
     key computed here; nothing is written in between."""
-    await pool.execute("UPDATE tasks SET callback_host = NULL WHERE id = $1", task_id)
+    await pool.execute("DELETE FROM task_hosts WHERE task_id = $1", task_id)
     task = await complete_task(counted, task_id, "succeeded", result=[1], autocommit=True)
     assert task.status == "succeeded" and not counted.is_in_transaction()
     assert any(q.startswith("BEGIN") for q in counted.sent)  # the older way's transaction

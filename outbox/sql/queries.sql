@@ -144,22 +144,28 @@ SELECT t.signature_scheme, s.scheme, s.public_key, s.created_at, s.expires_at
   WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL);
 
 -- name: _new_task
--- $10: the callback URL's destination key (hookrelay.outbox.destinations), computed
--- once here so that completing the task needs no Python between its statements.
 INSERT INTO tasks (id, tenant_id, type, input, callback_url, metadata, timeout_at,
-                   heartbeat_timeout_s, on_timeout, callback_host)
+                   heartbeat_timeout_s, on_timeout)
 VALUES ($1, $2, $3, $4, $5, $6,
         CASE WHEN $7::float8 IS NULL THEN NULL ELSE now() + make_interval(secs => $7) END,
-        $8, $9, $10)
+        $8, $9)
 RETURNING *
 
+-- name: _task_host
+-- $10: the callback URL's destination key (hookrelay.outbox.destinations), kept
+-- beside the task until its event is written, so that finish_task needs no Python
+-- between its parts. NULL: none kept (the completion then takes a transaction).
+hosted AS (INSERT INTO task_hosts (task_id, host)
+           SELECT id, $10 FROM task WHERE $10::text IS NOT NULL)
+
 -- name: insert_task
-{{_new_task}};
+WITH task AS ({{_new_task}}), {{_task_host}}
+SELECT * FROM task;
 
 -- name: insert_task_keyed
 -- A submit with an Idempotency-Key ($11, request hash $12): the task and its key
 -- in one statement, inside the transaction that holds the key's lock.
-WITH task AS ({{_new_task}}),
+WITH task AS ({{_new_task}}), {{_task_host}},
      kept AS (INSERT INTO idempotency_keys (tenant_id, key, request_hash, task_id)
               SELECT tenant_id, $11, $12, id FROM task)
 SELECT * FROM task;
@@ -220,7 +226,7 @@ SET status = $2,
 -- current status is one of $6, so two racing transitions cannot both win.
 -- The event of a terminal one is then written by insert_outbox, in the same
 -- transaction. Only for a task submitted before 0018, which has no destination
--- key (callback_host): finish_task does the rest in one statement.
+-- key in task_hosts: finish_task does the rest in one statement.
 UPDATE tasks
 {{_transition_set}}
  WHERE id = $1 AND status = ANY($6::text[]) AND ($7::text IS NULL OR tenant_id = $7)
@@ -272,14 +278,15 @@ RETURNING {{_task_as_text}};
 -- racing transitions cannot both win, and nothing else is written by the loser.
 -- The event body is built here from the row the UPDATE returns (_event_body),
 -- stored once in events and never changed; the outbox row carries the
--- destination key computed at submit. A task submitted before 0018 has none
--- (callback_host NULL): it is left unchanged, no row comes back, and the caller
+-- destination key computed at submit (task_hosts, whose row goes with it: every
+-- part reads the table as it was before the statement). A task submitted before
+-- 0018 has none: it is left unchanged, no row comes back, and the caller
 -- completes it the older way (transition_task, insert_outbox) in a transaction.
 WITH t AS (
     UPDATE tasks
     {{_transition_set}}
      WHERE id = $1 AND status = ANY($6::text[]) AND ($7::text IS NULL OR tenant_id = $7)
-       AND ($5::text IS NULL OR callback_host IS NOT NULL)
+       AND ($5::text IS NULL OR EXISTS (SELECT FROM task_hosts WHERE task_id = $1))
     RETURNING *
 ), stored AS (
     INSERT INTO events (event_id, tenant_id, task_id, event_type, body)
@@ -287,8 +294,10 @@ WITH t AS (
       FROM t WHERE $5::text IS NOT NULL
 ), queued AS (
     INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host)
-    SELECT t.event_id, t.tenant_id, t.id, 'task.' || t.status, t.callback_url, t.callback_host
-      FROM t WHERE $5::text IS NOT NULL
+    SELECT t.event_id, t.tenant_id, t.id, 'task.' || t.status, t.callback_url, h.host
+      FROM t JOIN task_hosts h ON h.task_id = t.id WHERE $5::text IS NOT NULL
+), used AS (
+    DELETE FROM task_hosts WHERE task_id IN (SELECT id FROM t) AND $5::text IS NOT NULL
 )
 SELECT {{_task_as_text}} FROM t;
 

@@ -79,8 +79,9 @@ async def insert_task(
     idempotency: tuple[str, bytes] | None = None,
 ) -> Task:
     """A new queued task; ``timeout_s`` None means no deadline. ``callback_host``:
-    the callback URL's destination key, which lets :func:`finish_step` complete it
-    in one statement (None: completed as a task of an older release is).
+    the callback URL's destination key, kept in ``task_hosts``, which lets
+    :func:`finish_step` complete it in one statement (None: completed as a task of an
+    older release is).
 
     ``idempotency`` (key, request hash) stores the key with it, in the same
     statement; :class:`IdempotencyInFlight` if a racing request stored it first.

@@ -5,11 +5,17 @@
 -- no Python between its parts: the event body is built in SQL (webhook_time()
 -- writes its timestamps), and the outbox row's destination key, which only Python
 -- computes (IDNA, the IPv6 prefixes that carry IPv4), is computed at submit and
--- kept on the task, in tasks.callback_host. Older releases insert tasks without
--- it (NULL) and complete tasks as before; this release completes a task without
--- one the older way, in a transaction of several statements. A nullable column
--- and a new function: compatible.
-ALTER TABLE tasks ADD COLUMN IF NOT EXISTS callback_host text;
+-- kept until the task's event is written, in task_hosts (a table of its own: a new
+-- column on tasks would change the row type that older releases' prepared
+-- "SELECT *" and "RETURNING *" statements return, and fail those of them that run
+-- in a transaction once). Older releases insert tasks without a row there and
+-- complete tasks as before; this release completes a task without one the older
+-- way, in a transaction of several statements. A new table and a new function:
+-- compatible.
+CREATE TABLE IF NOT EXISTS task_hosts (
+    task_id text PRIMARY KEY REFERENCES tasks (id) ON DELETE CASCADE,
+    host    text NOT NULL
+);
 
 -- A timestamp as the API writes one (msgspec, Python's datetime.isoformat): UTC,
 -- a Z, and the microseconds only when there are some.
