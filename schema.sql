@@ -419,15 +419,22 @@ DROP TRIGGER IF EXISTS tenants_forgotten ON tenants;
 CREATE TRIGGER tenants_forgotten AFTER DELETE ON tenants
     FOR EACH ROW EXECUTE FUNCTION forget_tenant();
 
--- A live task's destination key (0018: hookrelay.outbox.destinations), computed at
--- submit and used by the statement that writes its event (queries.sql: finish_task),
--- which deletes the row: a completion then needs no Python between its parts. Not
--- a column of tasks, whose row type older releases' "SELECT *" statements return.
--- A task an older release submitted has none, and is completed the older way.
-CREATE TABLE IF NOT EXISTS task_hosts (
-    task_id text PRIMARY KEY REFERENCES tasks (id) ON DELETE CASCADE,
-    host    text NOT NULL
+-- The destination key (hookrelay.outbox.destinations) of each callback URL origin
+-- (0018), computed by a submit, looked up by the statement that writes a task's
+-- event (queries.sql: finish_task), so that a completion needs no Python between
+-- its parts. One row per origin; a task whose origin has none (an older release
+-- submitted it) is completed the older way. Rewritten if host_key's rules change.
+CREATE TABLE IF NOT EXISTS destination_keys (
+    origin text PRIMARY KEY,
+    host   text NOT NULL
 );
+
+-- A callback URL up to its path, query or fragment: scheme://[userinfo@]host[:port],
+-- as written. hookrelay.outbox.destinations.host_key depends on no more than that.
+CREATE OR REPLACE FUNCTION url_origin(url text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT substring(url FROM '^[^/?#]*//[^/?#]*')
+$$;
 
 -- A timestamp as the API writes one (0018; msgspec, Python's datetime.isoformat):
 -- UTC, a Z, and the microseconds only when there are some. The webhook bodies that

@@ -41,7 +41,14 @@ from typing import Any
 
 import asyncpg
 
-from bench.common import ReceiverProcess, fresh_database, percentile, record, server_dsn
+from bench.common import (
+    DESTINATION_KEY,
+    ReceiverProcess,
+    fresh_database,
+    percentile,
+    record,
+    server_dsn,
+)
 from bench.sched import cpu_s
 from hookrelay.outbox import ids
 from hookrelay.outbox.destinations import host_key
@@ -117,10 +124,8 @@ async def seed(dsn: str, tenant_id: str, url: str, n: int) -> list[str]:
             records=[(t, tenant_id, "bench", url) for t in task_ids],
             columns=["id", "tenant_id", "type", "callback_url"],
         )
-        # Their destination keys, as a submit keeps them: each completion is one statement.
-        await conn.copy_records_to_table(
-            "task_hosts", records=[(t, host_key(url)) for t in task_ids]
-        )
+        # Its destination key, as a submit keeps it: each completion is one statement.
+        await conn.execute(DESTINATION_KEY, url, host_key(url))
         await changes.number_pending(conn)  # set-up, not the measured API's work
     finally:
         await conn.close()

@@ -29,7 +29,7 @@ from typing import Any
 import asyncpg
 
 from bench.api import load
-from bench.common import fresh_database, record, server_dsn
+from bench.common import DESTINATION_KEY, fresh_database, record, server_dsn
 from bench.sched import cpu_s
 from hookrelay.outbox import ids
 from hookrelay.outbox.destinations import host_key
@@ -111,10 +111,8 @@ async def seed_tasks(dsn: str, tenants: list[str], n: int) -> list[str]:
             records=[(t, tenants[i % len(tenants)], "bench", HOOK) for i, t in enumerate(task_ids)],
             columns=["id", "tenant_id", "type", "callback_url"],
         )
-        # Their destination keys, as a submit keeps them: each completion is one statement.
-        await conn.copy_records_to_table(
-            "task_hosts", records=[(t, host_key(HOOK)) for t in task_ids]
-        )
+        # Its destination key, as a submit keeps it: each completion is one statement.
+        await conn.execute(DESTINATION_KEY, HOOK, host_key(HOOK))
         # Their creations are changes for the status streams: numbered now, in the
         # set-up, not by the API process while it is being measured.
         await changes.number_pending(conn)

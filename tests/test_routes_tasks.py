@@ -381,7 +381,7 @@ async def test_complete_a_task_an_older_release_submitted(client, tenant, pool) 
     """Submitted without its destination key (a release before 0018): completed through
     the older path, in a transaction, with the same answer and one outbox row."""
     tid = (await submit(client, tenant["apiKey"])).json()["id"]
-    await pool.execute("DELETE FROM task_hosts WHERE task_id = $1", tid)
+    await pool.execute("DELETE FROM destination_keys")
     r = await client.post(f"/v1/tasks/{tid}/cancel", headers=bearer(tenant["apiKey"]))
     assert r.status_code == 200 and r.json()["status"] == "cancelled", r.text
     row = await pool.fetchrow("SELECT event_id, host FROM outbox WHERE task_id = $1", tid)

@@ -199,11 +199,12 @@ async def test_autocommit_complete_is_one_statement(
 ) -> None:
     """hookrelay's API: the transition, the event and the outbox row in one round trip,
     committed by it (no BEGIN, no COMMIT), visible to others at once."""
-    kept = "SELECT host FROM task_hosts WHERE task_id = $1"
-    assert await pool.fetchval(kept, task_id) == "http://127.0.0.1:9"  # from the submit
+    kept = "SELECT origin, host FROM destination_keys"
+    assert [tuple(r) for r in await pool.fetch(kept)] == [  # from the submit
+        ("http://127.0.0.1:9", "http://127.0.0.1:9")
+    ]
     task = await complete_task(counted, task_id, "failed", error={"code": "x"}, autocommit=True)
     assert len(counted.sent) == 1 and not counted.is_in_transaction()
-    assert await pool.fetchval(kept, task_id) is None  # used, and gone with it
     assert task.status == "failed" and task.event_id is not None
     rows = await outbox_rows(pool, task_id)
     assert [r["event_id"] for r in rows] == [task.event_id]
@@ -220,11 +221,10 @@ async def test_autocommit_complete_is_one_statement(
     assert len(await outbox_rows(pool, task_id)) == 1
 
 
-async def test_autocommit_start_is_one_statement(pool, task_id: str, counted) -> None:
+async def test_autocommit_start_is_one_statement(task_id: str, counted) -> None:
     task = await start_task(counted, task_id, autocommit=True)
     assert task.status == "running" and len(counted.sent) == 1
-    kept = "SELECT count(*) FROM task_hosts WHERE task_id = $1"
-    assert await pool.fetchval(kept, task_id) == 1  # kept for the terminal event
+
     with pytest.raises(TaskNotFound):
         await start_task(counted, "task_nope", autocommit=True)
 
@@ -235,7 +235,7 @@ async def test_task_of_an_older_release_is_completed_in_a_transaction(
     """A release before 0018 submits tasks without their destination key: the one
     statement leaves such a task be, and it is completed the older way, with the
     key computed here; nothing is written in between."""
-    await pool.execute("DELETE FROM task_hosts WHERE task_id = $1", task_id)
+    await pool.execute("DELETE FROM destination_keys")
     task = await complete_task(counted, task_id, "succeeded", result=[1], autocommit=True)
     assert task.status == "succeeded" and not counted.is_in_transaction()
     assert any(q.startswith("BEGIN") for q in counted.sent)  # the older way's transaction
@@ -283,3 +283,25 @@ async def test_webhook_time_writes_times_as_the_api_does(pool: asyncpg.Pool) -> 
     ):
         assert await pool.fetchval("SELECT webhook_time($1)", at) == iso(at)
     assert await pool.fetchval("SELECT webhook_time(NULL)") is None
+
+
+async def test_destination_keys_are_kept_by_origin(pool: asyncpg.Pool, runtime) -> None:
+    """One row per origin, whatever the path, query or case of the host; submits to a
+    known origin add none; each task's outbox row gets its own URL's key."""
+    urls = ["http://127.0.0.1:9/a?x=1", "http://127.0.0.1:9/b#f", "http://LOCALHOST:9?q"]
+    async with pool.acquire() as conn:
+        tenant = await create_tenant(conn, "t", runtime.secret_box)
+        made = [(await create_task(conn, tenant.id, NewTask("x", u)))[0] for u in urls]
+        for task in made:
+            await complete_task(conn, task.id, "succeeded", autocommit=True)
+    rows = await pool.fetch("SELECT origin, host FROM destination_keys ORDER BY origin")
+    assert [tuple(r) for r in rows] == [
+        ("http://127.0.0.1:9", "http://127.0.0.1:9"),
+        ("http://LOCALHOST:9", "http://localhost:9"),
+    ]
+    hosts = await pool.fetch("SELECT task_id, host FROM outbox")
+    assert {r["task_id"]: r["host"] for r in hosts} == {
+        made[0].id: "http://127.0.0.1:9",
+        made[1].id: "http://127.0.0.1:9",
+        made[2].id: "http://localhost:9",
+    }

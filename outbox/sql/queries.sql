@@ -152,11 +152,13 @@ VALUES ($1, $2, $3, $4, $5, $6,
 RETURNING *
 
 -- name: _task_host
--- $10: the callback URL's destination key (hookrelay.outbox.destinations), kept
--- beside the task until its event is written, so that finish_task needs no Python
--- between its parts. NULL: none kept (the completion then takes a transaction).
-hosted AS (INSERT INTO task_hosts (task_id, host)
-           SELECT id, $10 FROM task WHERE $10::text IS NOT NULL)
+-- $10: the callback URL's destination key (hookrelay.outbox.destinations), kept by
+-- the URL's origin so that finish_task needs no Python between its parts; an
+-- origin seen before is only looked up. NULL: none kept (the completion then takes
+-- a transaction).
+hosted AS (INSERT INTO destination_keys (origin, host)
+           SELECT url_origin(callback_url), $10 FROM task WHERE $10::text IS NOT NULL
+           ON CONFLICT (origin) DO NOTHING)
 
 -- name: insert_task
 WITH task AS ({{_new_task}}), {{_task_host}}
@@ -226,7 +228,7 @@ SET status = $2,
 -- current status is one of $6, so two racing transitions cannot both win.
 -- The event of a terminal one is then written by insert_outbox, in the same
 -- transaction. Only for a task submitted before 0018, which has no destination
--- key in task_hosts: finish_task does the rest in one statement.
+-- key in destination_keys: finish_task does the rest in one statement.
 UPDATE tasks
 {{_transition_set}}
  WHERE id = $1 AND status = ANY($6::text[]) AND ($7::text IS NULL OR tenant_id = $7)
@@ -278,15 +280,16 @@ RETURNING {{_task_as_text}};
 -- racing transitions cannot both win, and nothing else is written by the loser.
 -- The event body is built here from the row the UPDATE returns (_event_body),
 -- stored once in events and never changed; the outbox row carries the
--- destination key computed at submit (task_hosts, whose row goes with it: every
--- part reads the table as it was before the statement). A task submitted before
--- 0018 has none: it is left unchanged, no row comes back, and the caller
--- completes it the older way (transition_task, insert_outbox) in a transaction.
+-- destination key computed at submit (destination_keys, by the URL's origin). A
+-- task whose origin has none (submitted by a release before 0018) is left
+-- unchanged, no row comes back, and the caller completes it the older way
+-- (transition_task, insert_outbox) in a transaction.
 WITH t AS (
     UPDATE tasks
     {{_transition_set}}
      WHERE id = $1 AND status = ANY($6::text[]) AND ($7::text IS NULL OR tenant_id = $7)
-       AND ($5::text IS NULL OR EXISTS (SELECT FROM task_hosts WHERE task_id = $1))
+       AND ($5::text IS NULL OR EXISTS (
+               SELECT FROM destination_keys WHERE origin = url_origin(callback_url)))
     RETURNING *
 ), stored AS (
     INSERT INTO events (event_id, tenant_id, task_id, event_type, body)
@@ -295,9 +298,8 @@ WITH t AS (
 ), queued AS (
     INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host)
     SELECT t.event_id, t.tenant_id, t.id, 'task.' || t.status, t.callback_url, h.host
-      FROM t JOIN task_hosts h ON h.task_id = t.id WHERE $5::text IS NOT NULL
-), used AS (
-    DELETE FROM task_hosts WHERE task_id IN (SELECT id FROM t) AND $5::text IS NOT NULL
+      FROM t JOIN destination_keys h ON h.origin = url_origin(t.callback_url)
+     WHERE $5::text IS NOT NULL
 )
 SELECT {{_task_as_text}} FROM t;
 

@@ -79,7 +79,7 @@ async def insert_task(
     idempotency: tuple[str, bytes] | None = None,
 ) -> Task:
     """A new queued task; ``timeout_s`` None means no deadline. ``callback_host``:
-    the callback URL's destination key, kept in ``task_hosts``, which lets
+    the callback URL's destination key, kept in ``destination_keys``, which lets
     :func:`finish_step` complete it in one statement (None: completed as a task of an
     older release is).
 
