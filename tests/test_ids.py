@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import re
+import secrets
 
 import pytest
 
@@ -22,5 +23,5 @@ def test_ids_are_prefix_and_26_lowercase_base32_characters() -> None:
 def test_token_is_base32_of_its_random_bytes(raw: bytes, monkeypatch) -> None:
     """The first 26 characters of base64.b32encode, lowercased: the spelling of every id
     stored before the encoding was made faster."""
-    monkeypatch.setattr(ids.secrets, "token_bytes", lambda n: raw[:n])
+    monkeypatch.setattr(secrets, "token_bytes", lambda n: raw[:n])
     assert ids.task_id() == "task_" + base64.b32encode(raw).decode()[:26].lower()
