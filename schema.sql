@@ -419,6 +419,34 @@ DROP TRIGGER IF EXISTS tenants_forgotten ON tenants;
 CREATE TRIGGER tenants_forgotten AFTER DELETE ON tenants
     FOR EACH ROW EXECUTE FUNCTION forget_tenant();
 
+-- The destination key (hookrelay.outbox.destinations) of each callback URL origin
+-- (0018), computed by a submit, looked up by the statement that writes a task's
+-- event (queries.sql: finish_task), so that a completion needs no Python between
+-- its parts. One row per origin; a task whose origin has none (an older release
+-- submitted it) is completed the older way. Rewritten if host_key's rules change.
+CREATE TABLE IF NOT EXISTS destination_keys (
+    origin text PRIMARY KEY,
+    host   text NOT NULL
+);
+
+-- A callback URL up to its path, query or fragment: scheme://[userinfo@]host[:port],
+-- as written. hookrelay.outbox.destinations.host_key depends on no more than that.
+CREATE OR REPLACE FUNCTION url_origin(url text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT substring(url FROM '^[^/?#]*//[^/?#]*')
+$$;
+
+-- A timestamp as the API writes one (0018; msgspec, Python's datetime.isoformat):
+-- UTC, a Z, and the microseconds only when there are some. The webhook bodies that
+-- finish_task (queries.sql) builds in SQL write their times with it.
+CREATE OR REPLACE FUNCTION webhook_time(at timestamptz) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
+        || CASE WHEN extract(microseconds FROM at)::bigint % 1000000 = 0 THEN ''
+                ELSE to_char(at AT TIME ZONE 'UTC', '.US') END
+        || 'Z'
+$$;
+
 -- Callback headers (0019), one row per task that has any: their values sealed under
 -- the master key (the task id as associated data), never returned; their names, which
 -- the task resource shows. Apart from tasks, so older releases' `SELECT *` on tasks

@@ -320,3 +320,20 @@ async def test_through_the_egress_proxy_inside_the_tunnel(
     assert header(receiver.received[0], "x-api-key") == SECRET
     # The proxy saw a CONNECT to the checked address, nothing of the request inside.
     assert proxy.requests == [f"CONNECT 127.0.0.1:{receiver.port} HTTP/1.1"]
+
+
+async def test_the_webhook_body_names_them_as_python_would_write_it(client, tenant, pool) -> None:
+    import json
+
+    from hookrelay.outbox.tasks import get_task
+    from hookrelay.outbox.tasks.state_changes import event_body
+
+    r = await submit(client, tenant, "http://127.0.0.1:9/hook", {"X-Api-Key": SECRET, "x-b": "c"})
+    tid = r.json()["id"]
+    await client.post(f"/v1/tasks/{tid}/complete", json={"status": "succeeded"}, headers=ADMIN)
+    body = await pool.fetchval("SELECT body FROM events WHERE task_id = $1", tid)
+    assert json.loads(body)["data"]["callbackHeaders"] == ["X-Api-Key", "x-b"]
+    assert SECRET not in body
+    async with pool.acquire() as conn:
+        task = await get_task(conn, tid)
+    assert task is not None and event_body(task) == body

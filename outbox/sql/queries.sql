@@ -161,26 +161,33 @@ VALUES ($1, $2, $3, $4, $5, $6,
         $8, $9)
 RETURNING *
 
+-- name: _task_host
+-- $10: the callback URL's destination key (hookrelay.outbox.destinations), kept by
+-- the URL's origin so that finish_task needs no Python between its parts; an
+-- origin seen before is only looked up. NULL: none kept (the completion then takes
+-- a transaction).
+hosted AS (INSERT INTO destination_keys (origin, host)
+           SELECT url_origin(callback_url), $10 FROM task WHERE $10::text IS NOT NULL
+           ON CONFLICT (origin) DO NOTHING)
+
 -- name: _new_task_headers
--- The new task's callback headers, sealed ($10) with their names ($11), in their own
+-- The new task's callback headers, sealed ($11) with their names ($12), in their own
 -- table (0019) when it has any: a column on tasks would change what older releases'
 -- cached `SELECT *` statements return, failing them once in a transaction.
 hdr AS (INSERT INTO callback_headers (task_id, names, sealed)
-        SELECT id, $11::text[], $10::bytea FROM task WHERE $10::bytea IS NOT NULL)
+        SELECT id, $12::text[], $11::bytea FROM task WHERE $11::bytea IS NOT NULL)
 
 -- name: insert_task
-WITH task AS ({{_new_task}}),
-     {{_new_task_headers}}
-SELECT *, $11::text[] AS callback_header_names FROM task;
+WITH task AS ({{_new_task}}), {{_task_host}}, {{_new_task_headers}}
+SELECT *, $12::text[] AS callback_header_names FROM task;
 
 -- name: insert_task_keyed
--- A submit with an Idempotency-Key ($12, request hash $13): the task and its key
+-- A submit with an Idempotency-Key ($13, request hash $14): the task and its key
 -- in one statement, inside the transaction that holds the key's lock.
-WITH task AS ({{_new_task}}),
-     {{_new_task_headers}},
+WITH task AS ({{_new_task}}), {{_task_host}}, {{_new_task_headers}},
      kept AS (INSERT INTO idempotency_keys (tenant_id, key, request_hash, task_id)
-              SELECT tenant_id, $12, $13, id FROM task)
-SELECT *, $11::text[] AS callback_header_names FROM task;
+              SELECT tenant_id, $13, $14, id FROM task)
+SELECT *, $12::text[] AS callback_header_names FROM task;
 
 -- name: _task_as_text
 -- A task row with its jsonb columns as JSON text, for the statements an
@@ -193,7 +200,8 @@ completed_at, timeout_at, version, event_id, delivery_status, delivery_attempts,
 last_attempt_at, last_status_code, last_error, next_attempt_at, delivered_at,
 progress::text AS progress, heartbeat_timeout_s, heartbeat_at, heartbeat_due_at,
 on_timeout::text AS on_timeout,
-(SELECT h.names FROM callback_headers h WHERE h.task_id = tasks.id) AS callback_header_names
+-- (id unqualified: the one table or CTE each statement reads the task from)
+(SELECT h.names FROM callback_headers h WHERE h.task_id = id) AS callback_header_names
 
 -- name: get_task
 -- $2 NULL means "any tenant" (executor and ops); partners always pass theirs.
@@ -216,27 +224,110 @@ SELECT t.*, (SELECT h.names FROM callback_headers h WHERE h.task_id = t.id) AS c
  ORDER BY updated_at, id
  LIMIT $6;
 
+-- name: _transition_set
+-- A transition's changes to the task row, shared by transition_task and finish_task.
+-- $2 the new status; $3 and $4 result and error as JSON text (cast here, so no
+-- connection needs a jsonb codec); $5 the new event id of a terminal transition,
+-- which also starts the delivery summary.
+SET status = $2,
+    result = COALESCE($3::text::jsonb, result),
+    error = COALESCE($4::text::jsonb, error),
+    updated_at = now(),
+    completed_at = CASE WHEN $5::text IS NULL THEN completed_at ELSE now() END,
+    version = version + 1,
+    event_id = COALESCE($5, event_id),
+    delivery_status = CASE WHEN $5::text IS NULL THEN delivery_status ELSE 'pending' END,
+    next_attempt_at = CASE WHEN $5::text IS NULL THEN next_attempt_at ELSE now() END,
+    -- Starting is the first sign of life; the heartbeat clock runs only while running.
+    heartbeat_at = CASE WHEN $2 = 'running' THEN now() ELSE heartbeat_at END,
+    heartbeat_due_at = CASE WHEN $2 = 'running' AND heartbeat_timeout_s IS NOT NULL
+                            THEN now() + make_interval(secs => heartbeat_timeout_s) END
+
 -- name: transition_task
 -- The state machine lives in the WHERE clause: the row changes only if its
 -- current status is one of $6, so two racing transitions cannot both win.
--- A terminal transition ($5 = new event id) also starts the delivery summary.
--- $3 and $4 are JSON text (cast here, so no connection needs a jsonb codec).
+-- The event of a terminal one is then written by insert_outbox, in the same
+-- transaction. Only for a task submitted before 0018, which has no destination
+-- key in destination_keys: finish_task does the rest in one statement.
 UPDATE tasks
-   SET status = $2,
-       result = COALESCE($3::text::jsonb, result),
-       error = COALESCE($4::text::jsonb, error),
-       updated_at = now(),
-       completed_at = CASE WHEN $5::text IS NULL THEN completed_at ELSE now() END,
-       version = version + 1,
-       event_id = COALESCE($5, event_id),
-       delivery_status = CASE WHEN $5::text IS NULL THEN delivery_status ELSE 'pending' END,
-       next_attempt_at = CASE WHEN $5::text IS NULL THEN next_attempt_at ELSE now() END,
-       -- Starting is the first sign of life; the heartbeat clock runs only while running.
-       heartbeat_at = CASE WHEN $2 = 'running' THEN now() ELSE heartbeat_at END,
-       heartbeat_due_at = CASE WHEN $2 = 'running' AND heartbeat_timeout_s IS NOT NULL
-                               THEN now() + make_interval(secs => heartbeat_timeout_s) END
+{{_transition_set}}
  WHERE id = $1 AND status = ANY($6::text[]) AND ($7::text IS NULL OR tenant_id = $7)
 RETURNING {{_task_as_text}};
+
+-- name: _event_body
+-- The webhook body of the terminal event of t (the task as the transition leaves
+-- it): {"type", "timestamp", "data"}, data being the task resource without its
+-- delivery summary, fields in the order of hookrelay.outbox.models.TaskData, and
+-- updatedAt the completion time, as at commit. Written by concatenation, which is
+-- cheap (json_build_object's output would need a rewrite to lose its blanks, and a
+-- regexp_replace over the body cost 50 times as much): the body's own objects are
+-- compact, a jsonb value (input, result, error, metadata, onTimeout, progress) is
+-- written as PostgreSQL writes jsonb ({"a": 1, "b": [1, 2]}), strings are escaped by
+-- to_json as Python's json.dumps escapes them, and a float as Python writes it.
+-- hookrelay.outbox.tasks.state_changes.event_body writes the same bytes from a Task
+-- (but for a number PostgreSQL spells otherwise: 0.0000001 where Python writes 1e-07).
+-- Built once, when the event commits, and stored: every attempt sends these bytes.
+'{"type":' || to_json('task.' || t.status)::text
+    || ',"timestamp":' || to_json(webhook_time(t.completed_at))::text
+    || ',"data":{"id":' || to_json(t.id)::text
+    || ',"type":' || to_json(t.type)::text
+    || ',"status":' || to_json(t.status)::text
+    || ',"input":' || COALESCE(t.input::text, 'null')
+    || ',"result":' || COALESCE(t.result::text, 'null')
+    || ',"error":' || COALESCE(t.error::text, 'null')
+    || ',"callbackUrl":' || to_json(t.callback_url)::text
+    || ',"metadata":' || COALESCE(t.metadata::text, 'null')
+    || ',"createdAt":' || to_json(webhook_time(t.created_at))::text
+    || ',"updatedAt":' || to_json(webhook_time(t.completed_at))::text
+    || ',"completedAt":' || to_json(webhook_time(t.completed_at))::text
+    || ',"timeoutAt":' || COALESCE(to_json(webhook_time(t.timeout_at))::text, 'null')
+    -- 30.0 where PostgreSQL writes 30
+    || ',"heartbeatTimeoutSeconds":' || COALESCE(CASE
+           WHEN t.heartbeat_timeout_s = trunc(t.heartbeat_timeout_s)
+            AND abs(t.heartbeat_timeout_s) < 1e15
+           THEN trunc(t.heartbeat_timeout_s)::bigint::text || '.0'
+           ELSE t.heartbeat_timeout_s::text END, 'null')
+    || ',"onTimeout":' || COALESCE(t.on_timeout::text, 'null')
+    || ',"progress":' || COALESCE(t.progress::text, 'null')
+    || ',"version":' || t.version::text
+    -- The names of its callback headers (0019), never their values; jsonb's text, as
+    -- the other JSON values ("a", "b").
+    || ',"callbackHeaders":' || COALESCE(
+           (SELECT to_jsonb(h.names)::text FROM callback_headers h WHERE h.task_id = t.id),
+           '[]')
+    || '}}'
+
+-- name: finish_task
+-- A task's transition and, when terminal ($5 = its new event id), its event and
+-- outbox row, in ONE statement: under autocommit (hookrelay's API) one round
+-- trip commits all three or nothing; in an executor's transaction they commit
+-- with its work. The state machine lives in the WHERE clause, as in
+-- transition_task: the row changes only if its status is one of $6, so two
+-- racing transitions cannot both win, and nothing else is written by the loser.
+-- The event body is built here from the row the UPDATE returns (_event_body),
+-- stored once in events and never changed; the outbox row carries the
+-- destination key computed at submit (destination_keys, by the URL's origin). A
+-- task whose origin has none (submitted by a release before 0018) is left
+-- unchanged, no row comes back, and the caller completes it the older way
+-- (transition_task, insert_outbox) in a transaction.
+WITH t AS (
+    UPDATE tasks
+    {{_transition_set}}
+     WHERE id = $1 AND status = ANY($6::text[]) AND ($7::text IS NULL OR tenant_id = $7)
+       AND ($5::text IS NULL OR EXISTS (
+               SELECT FROM destination_keys WHERE origin = url_origin(callback_url)))
+    RETURNING *
+), stored AS (
+    INSERT INTO events (event_id, tenant_id, task_id, event_type, body)
+    SELECT t.event_id, t.tenant_id, t.id, 'task.' || t.status, {{_event_body}}
+      FROM t WHERE $5::text IS NOT NULL
+), queued AS (
+    INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host)
+    SELECT t.event_id, t.tenant_id, t.id, 'task.' || t.status, t.callback_url, h.host
+      FROM t JOIN destination_keys h ON h.origin = url_origin(t.callback_url)
+     WHERE $5::text IS NOT NULL
+)
+SELECT {{_task_as_text}} FROM t;
 
 -- name: report_progress
 -- A progress call on a running task: the report, a new version, and the next

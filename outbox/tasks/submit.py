@@ -10,7 +10,13 @@ from typing import Any
 import asyncpg
 
 from hookrelay.outbox import ids
-from hookrelay.outbox.errors import ConfigurationError, IdempotencyInFlight, IdempotencyKeyReused
+from hookrelay.outbox.destinations import host_key
+from hookrelay.outbox.errors import (
+    ConfigurationError,
+    IdempotencyInFlight,
+    IdempotencyKeyReused,
+    InvalidCallbackUrl,
+)
 from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.keys.callback_headers import seal
 from hookrelay.outbox.models import Task, TaskId
@@ -94,9 +100,19 @@ async def _insert(
         timeout_s=spec.timeout_s,
         heartbeat_timeout_s=spec.heartbeat_timeout_s,
         on_timeout=spec.on_timeout,
+        callback_host=_destination(spec.callback_url),
         callback_headers=(sealed, names),
         idempotency=idempotency,
     )
+
+
+def _destination(url: str) -> str | None:
+    """The URL's destination key, kept on the task so that its completion is one
+    statement; None if it has none (the completion then fails as it always has)."""
+    try:
+        return host_key(url)
+    except InvalidCallbackUrl:
+        return None
 
 
 async def get_task(

@@ -23,6 +23,7 @@ from hookrelay.outbox.models import TERMINAL_STATUSES, Task, TerminalStatus
 from hookrelay.outbox.store.drivers import run
 from hookrelay.outbox.tasks.state_changes import (
     TimeoutReason,
+    autocommit_plan,
     complete_plan,
     destination_host,
     event_body,
@@ -53,8 +54,14 @@ __all__ = [
 ]
 
 
-async def start_task(conn: Connection, task_id: str, *, notify: bool = True) -> Task:
-    """queued → running."""
+async def start_task(
+    conn: Connection, task_id: str, *, notify: bool = True, autocommit: bool = False
+) -> Task:
+    """queued → running. ``autocommit``: see :func:`complete_task`."""
+    if autocommit:
+        task = await run(conn, autocommit_plan(task_id, "running"), atomic=False)
+        assert task is not None, "a start is always one statement"
+        return task
     return await run(conn, start_plan(task_id, notify=notify))
 
 
@@ -67,22 +74,42 @@ async def complete_task(
     *,
     tenant_id: str | None = None,
     notify: bool = True,
+    autocommit: bool = False,
 ) -> Task:
     """Move a live task to a terminal ``status`` and enqueue its webhook event.
 
     Raises :class:`TaskNotFound`, or :class:`InvalidTransition` (carrying the
     current task) if it is already terminal; nothing is written then.
+
+    The task's transition, its event and its outbox row are one statement.
+    ``autocommit`` (hookrelay's API): ``conn`` has no transaction open, and that
+    statement commits on its own, in one round trip; no NOTIFY is sent (the
+    caller wakes dispatchers and watchers after the commit, ``notify`` is
+    ignored). A task submitted by a release before 0018 still takes a transaction.
     """
+    if autocommit:
+        once = autocommit_plan(task_id, status, result, error, tenant_id=tenant_id)
+        task = await run(conn, once, atomic=False)
+        if task is not None:
+            return task
+        notify = False
     return await run(
         conn, complete_plan(task_id, status, result, error, tenant_id=tenant_id, notify=notify)
     )
 
 
 async def cancel_task(
-    conn: Connection, task_id: str, *, tenant_id: str | None = None, notify: bool = True
+    conn: Connection,
+    task_id: str,
+    *,
+    tenant_id: str | None = None,
+    notify: bool = True,
+    autocommit: bool = False,
 ) -> Task:
     """→ cancelled, with a ``task.cancelled`` event."""
-    return await complete_task(conn, task_id, "cancelled", tenant_id=tenant_id, notify=notify)
+    return await complete_task(
+        conn, task_id, "cancelled", tenant_id=tenant_id, notify=notify, autocommit=autocommit
+    )
 
 
 async def timeout_task(conn: Connection, task_id: str, reason: TimeoutReason = "deadline") -> Task:

@@ -138,13 +138,16 @@ async def index(request: Request) -> Response:
     return Response(body, media_type="application/json")
 
 
-# The API's own writes send no NOTIFY in their transaction (``notify=False``):
-# ``_apply`` signals after the commit instead (service/live/wakeups.py says why).
+# The API's own writes are one statement each, under autocommit (``autocommit=True``:
+# one round trip, no BEGIN or COMMIT), and send no NOTIFY: ``_apply`` signals after
+# the commit instead (service/live/wakeups.py says why).
 
 
 async def start(request: Request) -> Response:
     await require_admin(request)
-    return await _apply(request, lambda conn, tid: outbox_tasks.start_task(conn, tid, notify=False))
+    return await _apply(
+        request, lambda conn, tid: outbox_tasks.start_task(conn, tid, autocommit=True)
+    )
 
 
 async def complete(request: Request) -> Response:
@@ -153,7 +156,7 @@ async def complete(request: Request) -> Response:
     return await _apply(
         request,
         lambda conn, tid: outbox_tasks.complete_task(
-            conn, tid, body.status, body.result, body.error, notify=False
+            conn, tid, body.status, body.result, body.error, autocommit=True
         ),
     )
 
@@ -164,7 +167,7 @@ async def progress(request: Request) -> Response:
     return await _apply(
         request,
         lambda conn, tid: outbox_tasks.report_progress(
-            conn, tid, body.percent, body.message, notify=False
+            conn, tid, body.percent, body.message, autocommit=True
         ),
     )
 
@@ -175,7 +178,7 @@ async def cancel(request: Request) -> Response:
     return await _apply(
         request,
         lambda conn, tid: outbox_tasks.cancel_task(
-            conn, tid, tenant_id=who.tenant_id, notify=False
+            conn, tid, tenant_id=who.tenant_id, autocommit=True
         ),
     )
 
