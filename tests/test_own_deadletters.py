@@ -99,7 +99,7 @@ async def test_show_own_with_attempts(client, dead) -> None:
 async def test_replay_one_same_event_id_same_body_fresh_budget_audited(
     client, pool, runtime, dead, receiver
 ) -> None:
-    (a, [event_id, *_]), (b, b_events) = dead["a"], dead["b"]
+    (a, [event_id, *_]), (_, b_events) = dead["a"], dead["b"]
     first = [r.body for r in receiver.received if r.headers["webhook-id"] == event_id]
     receiver.state["healthy"]["ok"] = True
     before = len(receiver.received)
