@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -17,14 +18,22 @@ from hookrelay.outbox.dispatch.dispatcher import running
 from hookrelay.outbox.ops import close_circuit, recent_notifications, set_notifications
 from hookrelay.outbox.tenants import create_tenant
 from tests.receiver import Receiver, failing_until_healthy
-from tests.support import ADMIN, backlog, bearer, dispatcher, eventually, wait_drained
+from tests.support import (
+    ADMIN,
+    backlog,
+    bearer,
+    dispatcher,
+    eventually,
+    v1_secret,
+    wait_drained,
+)
 from tests.test_console import signed_in
 
 pytestmark = pytest.mark.anyio
 ALL = ["delivery.dead", "destination.unhealthy", "destination.recovered"]
 
 
-def told(rx: Receiver, kind: str | None = None) -> list[dict]:
+def told(rx: Receiver, kind: str | None = None) -> list[dict[str, Any]]:
     bodies = [json.loads(r.body) for r in rx.received]
     return [b for b in bodies if kind is None or b["type"] == kind]
 
@@ -93,7 +102,7 @@ async def test_one_delivery_dead_per_dead_event_signed(client, pool, runtime, re
         notes = told(receiver)
         assert sorted(n["data"]["eventId"] for n in notes) == sorted(dead)
         assert {n["type"] for n in notes} == {"delivery.dead"}
-        wh = Webhook(a.signing_secret)
+        wh = Webhook(v1_secret(a))
         for got in receiver.received:
             # Verified by the Standard Webhooks library with the tenant's secret.
             payload = wh.verify(got.body, got.headers)
@@ -207,7 +216,7 @@ async def test_one_unhealthy_recovered_pair_per_episode(client, pool, runtime, r
             assert n["data"]["consecutiveFailures"] >= 3 and "500" in n["data"]["lastError"]
             assert n["data"]["since"].endswith("Z")
         # Each signed with its own tenant's secret.
-        secrets = {a.id: a.signing_secret, b.id: b.signing_secret}
+        secrets = {a.id: v1_secret(a), b.id: v1_secret(b)}
         tenants_told = []
         for got in receiver.received:
             tenant_id = await pool.fetchval(

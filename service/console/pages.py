@@ -1,5 +1,6 @@
 """The console's pages: overview, dead letters, events, tasks, destinations, tenants
-(and each one's notifications), audit and search. Every POST passes :func:`security.check_csrf` first."""
+(and each one's notifications), audit and search. Every POST passes
+:func:`security.check_csrf` first."""
 
 from __future__ import annotations
 

@@ -49,10 +49,10 @@ async def put(request: Request) -> Response:
         )
     except Unprocessable as exc:
         # The same rules as a callbackUrl, told about the field this body has.
-        raise Unprocessable(
-            exc.message.replace("callbackUrl", "url", 1),
-            code=exc.code.replace("callback_url", "notification_url"),
-        ) from exc
+        message = exc.message.replace("callbackUrl", "url", 1)
+        if exc.code == "blocked_callback_url":
+            raise Unprocessable(message, code="blocked_notification_url") from exc
+        raise Unprocessable(message, code="invalid_notification_url") from exc
     async with request.app.state.pool.acquire() as conn:
         found = await ops.set_notifications(conn, tenant_id, url, body.events)
     return answer(_shown(found))
