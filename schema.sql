@@ -432,14 +432,16 @@ CREATE TABLE IF NOT EXISTS notification_settings (
 
 -- The tenants told that a host's circuit holds their webhooks, one row per
 -- (host, tenant) for the open episode: hold_lanes adds them, the circuit's
--- closing takes them away. Written only while a circuit is open.
+-- closing takes them away. Written only while a circuit is open. No foreign key
+-- to tenants (hold_lanes would then wait on, and fail with, a tenant being
+-- deleted): a deleted tenant's row has no settings left to notify, and goes at
+-- the closing like the others.
 CREATE TABLE IF NOT EXISTS destination_notices (
     host        text NOT NULL,
-    tenant_id   text NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+    tenant_id   text NOT NULL,
     since       timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (host, tenant_id)
 );
-CREATE INDEX IF NOT EXISTS destination_notices_tenant ON destination_notices (tenant_id);
 -- A tenant's last notifications, for the console (a small partial index: events
 -- are mostly tasks' webhooks).
 CREATE INDEX IF NOT EXISTS events_notifications ON events (tenant_id, created_at DESC)
