@@ -554,6 +554,10 @@ UPDATE host_rates r
 -- that never comes, they are due again at held_until and held once more.
 -- FOR UPDATE SKIP LOCKED: a row another dispatcher is leasing right now is
 -- left to it rather than waited for.
+-- The tenants whose task webhooks this holds are noted once per open episode
+-- (destination_notices, 0021): the first note of a (host, tenant) queues its
+-- destination.unhealthy notification (trigger), the circuit's closing its
+-- destination.recovered; a notification's own row held here notes nothing.
 WITH hosts AS (
     UPDATE destinations d
        SET held_until = CASE WHEN d.held_until > now() THEN d.held_until
@@ -562,11 +566,16 @@ WITH hosts AS (
     RETURNING d.host, d.held_until
 ),
 rows AS (
-    SELECT o.id, h.held_until
+    SELECT o.id, h.held_until, o.host, o.tenant_id, o.task_id
       FROM hosts h
       JOIN outbox o ON o.host = h.host
      WHERE GREATEST(o.next_attempt_at, o.leased_until) <= now()
        FOR UPDATE OF o SKIP LOCKED
+),
+noted AS (
+    INSERT INTO destination_notices (host, tenant_id)
+    SELECT DISTINCT r.host, r.tenant_id FROM rows r WHERE r.task_id IS NOT NULL
+    ON CONFLICT DO NOTHING
 )
 UPDATE outbox o
    SET next_attempt_at = r.held_until, leased_until = NULL, lease_token = NULL,
@@ -1222,3 +1231,38 @@ WITH doomed AS (
        FOR UPDATE SKIP LOCKED
 )
 DELETE FROM task_changes c USING doomed d WHERE c.tenant_id = d.tenant_id AND c.seq = d.seq;
+
+-- name: notification_settings_get
+-- Where tenant $1 is told about its delivery trouble (0021), or no row.
+SELECT url, events, updated_at FROM notification_settings WHERE tenant_id = $1;
+
+-- name: notification_settings_put
+-- Set (or replace) tenant $1's notification URL $2 (destination key $3) and
+-- the event types $4 it is told about.
+INSERT INTO notification_settings AS n (tenant_id, url, host, events)
+VALUES ($1, $2, $3, $4::text[])
+ON CONFLICT (tenant_id) DO UPDATE
+   SET url = EXCLUDED.url, host = EXCLUDED.host, events = EXCLUDED.events, updated_at = now()
+RETURNING url, events, updated_at;
+
+-- name: notification_settings_delete
+-- Tenant $1 is told nothing more; notifications already queued still go out.
+DELETE FROM notification_settings WHERE tenant_id = $1;
+
+-- name: recent_notifications
+-- Tenant $1's last $2 notifications (events_notifications) and where each is:
+-- waiting in the outbox, dead (an open dead letter) or delivered (its log).
+SELECT e.event_id, e.event_type, e.created_at,
+       CASE WHEN EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = e.event_id) THEN 'pending'
+            WHEN EXISTS (SELECT 1 FROM dead_letters d
+                          WHERE d.event_id = e.event_id AND d.replayed_at IS NULL) THEN 'dead'
+            WHEN EXISTS (SELECT 1 FROM delivery_attempts a
+                          WHERE a.event_id = e.event_id AND a.outcome = 'delivered')
+            THEN 'delivered'
+            ELSE 'unknown' END AS state,
+       e.body
+  FROM events e
+ WHERE e.tenant_id = $1
+   AND e.event_type IN ('delivery.dead', 'destination.unhealthy', 'destination.recovered')
+ ORDER BY e.created_at DESC
+ LIMIT $2;

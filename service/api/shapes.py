@@ -254,6 +254,45 @@ class BulkReplayBody(DeadLetterFilter):
     reason: Reason = NO_REASON
 
 
+class OwnDeadLetterFilter(Body):
+    """Which of the tenant's own dead letters: all the given filters at once (in a body
+    or a query string)."""
+
+    since: Timestamp | None = None
+    until: Timestamp | None = None
+    event_type: str | None = None
+
+
+class OwnBulkReplayBody(OwnDeadLetterFilter):
+    """`POST /v1/dead-letters/replay`: the filters here or in the query string."""
+
+    reason: Reason = NO_REASON
+
+
+NotificationType = Literal["delivery.dead", "destination.unhealthy", "destination.recovered"]
+
+
+class NotificationsBody(Body):
+    """`PUT /v1/notifications`: where the tenant is told about its own delivery trouble."""
+
+    url: Annotated[
+        str,
+        Meta(
+            min_length=1,
+            max_length=MAX_CALLBACK_URL,
+            description="checked as a callbackUrl is (https, every resolved address): 422 "
+            "invalid_notification_url or blocked_notification_url",
+        ),
+    ]
+    events: (
+        Annotated[
+            list[NotificationType],
+            Meta(min_length=1, description="what to be told about; left out: all of them"),
+        ]
+        | None
+    ) = None
+
+
 class PingBody(Body):
     """`POST /v1/test-events`."""
 
@@ -312,6 +351,17 @@ class TaskListQuery(Paging):
 class DeadLetterQuery(DeadLetterFilter):
     limit: Limit = 100
     cursor: Cursor | None = None
+
+
+class OwnDeadLetterQuery(OwnDeadLetterFilter):
+    limit: Limit = 100
+    cursor: Cursor | None = None
+
+
+class OwnReplayQuery(OwnDeadLetterFilter):
+    dry_run: Annotated[
+        bool, Meta(description="true: count the letters a replay would take, replay none")
+    ] = False
 
 
 class LimitQuery(Query):
@@ -480,6 +530,14 @@ class DeadLetterPage(Answer):
 class Replayed(Answer):
     replayed: int
     event_id: EventId | UnsetType = UNSET
+
+
+class Notifications(Answer):
+    """Where the tenant is told about its own delivery trouble, and about what."""
+
+    url: str
+    events: list[NotificationType]
+    updated_at: Time
 
 
 class Destination(Answer):
