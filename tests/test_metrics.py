@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from aiohttp import web
 
@@ -21,7 +23,8 @@ def value(text: str, series: str) -> float:
 
 async def test_metrics_after_deliveries_and_dead_letters(client, pool, runtime) -> None:
     async def gone(request: web.Request, rx: Receiver) -> web.StreamResponse:
-        return web.Response(status=410 if b'"i":0' in await request.read() else 204)
+        data = json.loads(await request.read())["data"]
+        return web.Response(status=410 if data["result"] == {"i": 0} else 204)
 
     rx = await Receiver(behaviour=gone).start()
     try:
