@@ -144,22 +144,23 @@ SELECT t.signature_scheme, s.scheme, s.public_key, s.created_at, s.expires_at
   WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL);
 
 -- name: _new_task
+-- $10, $11: the submitter's traceparent and tracestate (0023), checked by the caller.
 INSERT INTO tasks (id, tenant_id, type, input, callback_url, metadata, timeout_at,
-                   heartbeat_timeout_s, on_timeout)
+                   heartbeat_timeout_s, on_timeout, traceparent, tracestate)
 VALUES ($1, $2, $3, $4, $5, $6,
         CASE WHEN $7::float8 IS NULL THEN NULL ELSE now() + make_interval(secs => $7) END,
-        $8, $9)
+        $8, $9, $10, $11)
 RETURNING *
 
 -- name: insert_task
 {{_new_task}};
 
 -- name: insert_task_keyed
--- A submit with an Idempotency-Key ($10, request hash $11): the task and its key
+-- A submit with an Idempotency-Key ($12, request hash $13): the task and its key
 -- in one statement, inside the transaction that holds the key's lock.
 WITH task AS ({{_new_task}}),
      kept AS (INSERT INTO idempotency_keys (tenant_id, key, request_hash, task_id)
-              SELECT tenant_id, $10, $11, id FROM task)
+              SELECT tenant_id, $12, $13, id FROM task)
 SELECT * FROM task;
 
 -- name: _task_as_text
@@ -172,7 +173,7 @@ error::text AS error, callback_url, metadata::text AS metadata, created_at, upda
 completed_at, timeout_at, version, event_id, delivery_status, delivery_attempts,
 last_attempt_at, last_status_code, last_error, next_attempt_at, delivered_at,
 progress::text AS progress, heartbeat_timeout_s, heartbeat_at, heartbeat_due_at,
-on_timeout::text AS on_timeout
+on_timeout::text AS on_timeout, traceparent, tracestate
 
 -- name: get_task
 -- $2 NULL means "any tenant" (executor and ops); partners always pass theirs.
@@ -360,7 +361,11 @@ RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url
           o.budget_used,
           -- Read with the claim: a rotation committed before it is seen here.
           (SELECT t.secret_version FROM tenants t WHERE t.id = o.tenant_id),
-          o.lost_leases;
+          o.lost_leases,
+          -- The task's trace context (0023), sent on with the attempt: NULL for a
+          -- test event or a task submitted without one by an older release.
+          (SELECT ARRAY[t.traceparent, t.tracestate] FROM tasks t
+            WHERE t.id = o.task_id AND t.traceparent IS NOT NULL);
 
 -- name: claim_probe
 -- The single row a granted probe sends to host $1 (take_probes made its circuit
@@ -390,7 +395,11 @@ RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url
           o.budget_used,
           -- Read with the claim: a rotation committed before it is seen here.
           (SELECT t.secret_version FROM tenants t WHERE t.id = o.tenant_id),
-          o.lost_leases;
+          o.lost_leases,
+          -- The task's trace context (0023), sent on with the attempt: NULL for a
+          -- test event or a task submitted without one by an older release.
+          (SELECT ARRAY[t.traceparent, t.tracestate] FROM tasks t
+            WHERE t.id = o.task_id AND t.traceparent IS NOT NULL);
 
 -- name: hold_lanes
 -- Take the due rows of hosts $1 out of the claims' way while their circuit is

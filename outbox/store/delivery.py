@@ -46,6 +46,9 @@ class ClaimedEvent:
     # Leases of this row that ran out in a row with no outcome written, this
     # claim's predecessor included (outbox.lost_leases).
     lost_leases: int = 0
+    # The task's W3C trace context, ``[traceparent, tracestate]``; None when it has
+    # none (a test event, or a task an older release submitted).
+    trace: Sequence[str | None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +71,7 @@ def _events(rows: Sequence[asyncpg.Record], token: UUID) -> list[ClaimedEvent]:
     # The hot path: one construction per row, positional in RETURNING's order.
     return [
         ClaimedEvent(
-            r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], token, r[11]
+            r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], token, r[11], r[12]
         )
         for r in rows
     ]

@@ -75,15 +75,18 @@ async def insert_task(
     heartbeat_timeout_s: float | None = None,
     on_timeout: Any = None,
     idempotency: tuple[str, bytes] | None = None,
+    trace: tuple[str, str | None] | None = None,
 ) -> Task:
     """A new queued task; ``timeout_s`` None means no deadline.
 
     ``idempotency`` (key, request hash) stores the key with it, in the same
     statement; :class:`IdempotencyInFlight` if a racing request stored it first.
+    ``trace`` is the submitter's (traceparent, tracestate), already checked.
     """
     args = (
         *(task_id, tenant_id, type, input, callback_url, metadata),
         *(timeout_s, heartbeat_timeout_s, on_timeout),
+        *(trace or (None, None)),
     )
     if idempotency is None:
         return Task.from_row(await conn.fetchrow(_INSERT_TASK, *args))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from hookrelay.outbox import tracing
 from hookrelay.outbox.errors import InvalidTransition, ProgressBackwards, TaskNotFound
 from hookrelay.outbox.models import Task
 from hookrelay.outbox.store import tasks
@@ -81,6 +82,8 @@ async def report_progress(
     *,
     tenant_id: str | None = None,
     notify: bool = True,
+    traceparent: str | None = None,
+    tracestate: str | None = None,
 ) -> Task:
     """Record progress on a running task (and push it to its watchers at commit;
     ``notify``: see ``outbox.complete_task``).
@@ -89,6 +92,7 @@ async def report_progress(
     running; :class:`ProgressBackwards` if ``percent`` is below the last report.
     Both carry the task as it is now.
     """
-    return await run(
-        conn, progress_plan(task_id, percent, message, tenant_id=tenant_id, notify=notify)
-    )
+    with tracing.change("progress", task_id, traceparent, tracestate):
+        return await run(
+            conn, progress_plan(task_id, percent, message, tenant_id=tenant_id, notify=notify)
+        )

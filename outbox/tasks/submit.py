@@ -8,10 +8,11 @@ from typing import Any
 
 import asyncpg
 
-from hookrelay.outbox import ids
+from hookrelay.outbox import ids, tracing
 from hookrelay.outbox.errors import IdempotencyInFlight, IdempotencyKeyReused
 from hookrelay.outbox.models import Task, TaskId
 from hookrelay.outbox.store import tasks as store
+from hookrelay.outbox.tracing import TraceContext
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +24,9 @@ class NewTask:
     timeout_s: float | None = None
     heartbeat_timeout_s: float | None = None  # a running task silent this long times out
     on_timeout: Any = None  # {result?, error?} written onto the task if it times out
+    # The submitter's W3C trace context, kept on the task for every attempt of its
+    # webhook; None: a new trace (hookrelay.outbox.tracing).
+    trace: TraceContext | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +72,7 @@ async def _insert(
     spec: NewTask,
     idempotency: tuple[str, bytes] | None = None,
 ) -> Task:
+    trace = spec.trace or tracing.current() or TraceContext.new()
     return await store.insert_task(
         conn,
         task_id=TaskId(ids.task_id()),
@@ -80,6 +85,7 @@ async def _insert(
         heartbeat_timeout_s=spec.heartbeat_timeout_s,
         on_timeout=spec.on_timeout,
         idempotency=idempotency,
+        trace=(trace.traceparent, trace.state),
     )
 
 

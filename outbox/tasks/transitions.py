@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from hookrelay.outbox import tracing
 from hookrelay.outbox.models import TERMINAL_STATUSES, Task, TerminalStatus
 from hookrelay.outbox.store.drivers import run
 from hookrelay.outbox.tasks.state_changes import (
@@ -53,9 +54,23 @@ __all__ = [
 ]
 
 
-async def start_task(conn: Connection, task_id: str, *, notify: bool = True) -> Task:
-    """queued → running."""
-    return await run(conn, start_plan(task_id, notify=notify))
+async def start_task(
+    conn: Connection,
+    task_id: str,
+    *,
+    notify: bool = True,
+    traceparent: str | None = None,
+    tracestate: str | None = None,
+) -> Task:
+    """queued → running.
+
+    ``traceparent``/``tracestate`` (W3C, the executor's): the parent of this change's
+    span when tracing is on (``hookrelay.outbox.tracing``); malformed ones are ignored.
+    The task keeps its submitter's trace context either way. The same holds for every
+    function here.
+    """
+    with tracing.change("start", task_id, traceparent, tracestate):
+        return await run(conn, start_plan(task_id, notify=notify))
 
 
 async def complete_task(
@@ -67,22 +82,39 @@ async def complete_task(
     *,
     tenant_id: str | None = None,
     notify: bool = True,
+    traceparent: str | None = None,
+    tracestate: str | None = None,
 ) -> Task:
     """Move a live task to a terminal ``status`` and enqueue its webhook event.
 
     Raises :class:`TaskNotFound`, or :class:`InvalidTransition` (carrying the
     current task) if it is already terminal; nothing is written then.
     """
-    return await run(
-        conn, complete_plan(task_id, status, result, error, tenant_id=tenant_id, notify=notify)
-    )
+    with tracing.change("complete", task_id, traceparent, tracestate, status=status):
+        return await run(
+            conn, complete_plan(task_id, status, result, error, tenant_id=tenant_id, notify=notify)
+        )
 
 
 async def cancel_task(
-    conn: Connection, task_id: str, *, tenant_id: str | None = None, notify: bool = True
+    conn: Connection,
+    task_id: str,
+    *,
+    tenant_id: str | None = None,
+    notify: bool = True,
+    traceparent: str | None = None,
+    tracestate: str | None = None,
 ) -> Task:
     """→ cancelled, with a ``task.cancelled`` event."""
-    return await complete_task(conn, task_id, "cancelled", tenant_id=tenant_id, notify=notify)
+    return await complete_task(
+        conn,
+        task_id,
+        "cancelled",
+        tenant_id=tenant_id,
+        notify=notify,
+        traceparent=traceparent,
+        tracestate=tracestate,
+    )
 
 
 async def timeout_task(conn: Connection, task_id: str, reason: TimeoutReason = "deadline") -> Task:

@@ -16,9 +16,11 @@ from hookrelay.outbox.egress import Resolver
 from hookrelay.outbox.store import create_pool
 from hookrelay.service import console
 from hookrelay.service.api import openapi
+from hookrelay.service.api import tracing as api_tracing
 from hookrelay.service.api.auth import KeyCache, revocations
 from hookrelay.service.api.errors import HANDLERS
 from hookrelay.service.api.request_guard import GuardMiddleware
+from hookrelay.service.api.tracing import TracingMiddleware
 from hookrelay.service.api.routes import (
     admin,
     deadletters,
@@ -97,7 +99,11 @@ def create_app(
             console.mount(runtime.admin_token),
         ],
         exception_handlers=HANDLERS,
-        middleware=[Middleware(GuardMiddleware)],
+        middleware=[
+            # Outermost, so a request the guard refuses has its span too.
+            *([Middleware(TracingMiddleware)] if api_tracing.configure() else []),
+            Middleware(GuardMiddleware),
+        ],
         lifespan=lifespan,
     )
     # /v1/tasks/ is a 404, not a redirect built from the client's Host header.
