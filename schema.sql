@@ -78,7 +78,11 @@ CREATE TABLE IF NOT EXISTS tasks (
     heartbeat_timeout_s   double precision,
     heartbeat_at          timestamptz,
     heartbeat_due_at      timestamptz,
-    on_timeout            jsonb
+    on_timeout            jsonb,
+    -- The submitter's W3C trace context (0023), sent on with every attempt of the
+    -- task's webhook (each with its own span id); a new trace when none came.
+    traceparent           text,
+    tracestate            text
 );
 -- Reconciliation listing: keyset on (updated_at, id) within a tenant.
 CREATE INDEX IF NOT EXISTS tasks_tenant_updated ON tasks (tenant_id, updated_at, id);
