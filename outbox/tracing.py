@@ -160,9 +160,7 @@ def _kind(kind: SpanKind) -> object:
 
 def _as_trace(otel: Span, state: str | None = None) -> TraceContext:
     ctx = otel.get_span_context()
-    return TraceContext(
-        f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}", int(ctx.trace_flags), state
-    )
+    return TraceContext(f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}", int(ctx.trace_flags), state)
 
 
 @contextmanager

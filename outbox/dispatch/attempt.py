@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from hookrelay.outbox import tracing
-
 from hookrelay.outbox.dispatch.retry import RetryPolicy, parse_retry_after
 from hookrelay.outbox.egress.http import Sender
 from hookrelay.outbox.egress.ssrf import AddressPolicy
@@ -190,19 +190,23 @@ async def attempt(
             delay = policy.next_delay(event.budget_used + 1, retry_after=retry_after)
             next_at = attempted_at + timedelta(seconds=delay)
     if otel is not None:
-        _end_span(otel, event, outcome, duration_ms, status, error)
+        _end_span(otel, outcome, duration_ms, status, error)
     return AttemptResult(event, outcome, attempted_at, duration_ms, status, error, prefix, next_at)
 
 
 def _attempt_span(event: ClaimedEvent, trace: Sequence[str | None]) -> Span | None:
     """The attempt's span, a child of the task's trace context (tracing is on)."""
+    url = urlsplit(event.callback_url)
     return tracing.start(
         "hookrelay.attempt",
         parent=tracing.parse(trace[0], trace[1]),
         kind="client",
         attributes={
             "http.request.method": "POST",
-            "server.address": event.host,
+            "server.address": url.hostname or "",
+            "server.port": url.port or (443 if url.scheme == "https" else 80),
+            # the destination as the circuit breaker and GET /v1/admin/destinations name it
+            "hookrelay.destination": event.host,
             "hookrelay.attempt.number": event.attempts + 1,
             "hookrelay.event.id": event.event_id,
             "hookrelay.event.type": event.event_type,
@@ -214,7 +218,6 @@ def _attempt_span(event: ClaimedEvent, trace: Sequence[str | None]) -> Span | No
 
 def _end_span(
     otel: Span,
-    event: ClaimedEvent,
     outcome: Outcome,
     duration_ms: float,
     status: int | None,

@@ -20,7 +20,6 @@ from hookrelay.service.api import tracing as api_tracing
 from hookrelay.service.api.auth import KeyCache, revocations
 from hookrelay.service.api.errors import HANDLERS
 from hookrelay.service.api.request_guard import GuardMiddleware
-from hookrelay.service.api.tracing import TracingMiddleware
 from hookrelay.service.api.routes import (
     admin,
     deadletters,
@@ -32,6 +31,7 @@ from hookrelay.service.api.routes import (
     tasks,
     testevents,
 )
+from hookrelay.service.api.tracing import TracingMiddleware
 from hookrelay.service.console.security import SignInThrottle
 from hookrelay.service.live import StreamHub, sse_routes, ws_routes
 from hookrelay.service.live.long_poll import TaskWatcher

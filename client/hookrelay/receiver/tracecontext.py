@@ -28,7 +28,9 @@ __all__ = ["TraceContext", "parse", "trace_context"]
 _HEX = frozenset("0123456789abcdef")
 # tracestate's list members: a simple key, or tenant@system; a value of printable
 # ASCII without "," and "=", not ending in a space.
-_KEY = re.compile(r"[a-z][a-z0-9_\-*/]{0,255}|[a-z0-9][a-z0-9_\-*/]{0,240}@[a-z][a-z0-9_\-*/]{0,13}")
+_KEY = re.compile(
+    r"[a-z][a-z0-9_\-*/]{0,255}|[a-z0-9][a-z0-9_\-*/]{0,240}@[a-z][a-z0-9_\-*/]{0,13}"
+)
 _VALUE = re.compile(r"[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]")
 MAX_MEMBERS = 32
 # The specification asks vendors to pass on at least 512 characters; longer lists lose
