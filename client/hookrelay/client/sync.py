@@ -64,9 +64,13 @@ class Client:
         timeout_seconds: float | None = None,
         heartbeat_timeout_seconds: float | None = None,
         on_timeout: Any = None,
+        traceparent: str | None = None,
+        tracestate: str | None = None,
     ) -> Task:
         """Submit a task. Lost answer: sent again with the same Idempotency-Key (one
-        generated when none is given), so the server answers with the task it made."""
+        generated when none is given), so the server answers with the task it made.
+        ``traceparent``/``tracestate`` (W3C): the trace every attempt of its webhook
+        continues, e.g. ``TraceContextTextMapPropagator().inject(carrier)``'s."""
         plan = calls.submit(
             type,
             callback_url=callback_url,
@@ -76,6 +80,8 @@ class Client:
             timeout_seconds=timeout_seconds,
             heartbeat_timeout_seconds=heartbeat_timeout_seconds,
             on_timeout=on_timeout,
+            traceparent=traceparent,
+            tracestate=tracestate,
         )
         return self._driver.run(plan)
 
