@@ -166,6 +166,8 @@ async def attempt(
         outcome, error, retry_after = _judge(status, reply.headers)
     except asyncio.CancelledError:
         if deadline is None or not deadline.caused():
+            if otel is not None:
+                otel.end()
             raise  # someone else's (a shutdown): theirs to handle
         # Ours alone: the attempt ran out of time; the task goes on.
         outcome, error = "retry", f"timed out after {limits.total_timeout_s:g}s"
