@@ -78,11 +78,7 @@ CREATE TABLE IF NOT EXISTS tasks (
     heartbeat_timeout_s   double precision,
     heartbeat_at          timestamptz,
     heartbeat_due_at      timestamptz,
-    on_timeout            jsonb,
-    -- The submitter's W3C trace context (0023), sent on with every attempt of the
-    -- task's webhook (each with its own span id); a new trace when none came.
-    traceparent           text,
-    tracestate            text
+    on_timeout            jsonb
 );
 -- Reconciliation listing: keyset on (updated_at, id) within a tenant.
 CREATE INDEX IF NOT EXISTS tasks_tenant_updated ON tasks (tenant_id, updated_at, id);
@@ -422,3 +418,13 @@ $$;
 DROP TRIGGER IF EXISTS tenants_forgotten ON tenants;
 CREATE TRIGGER tenants_forgotten AFTER DELETE ON tenants
     FOR EACH ROW EXECUTE FUNCTION forget_tenant();
+
+-- The W3C trace context a task was submitted with (0023): every attempt of its webhook
+-- sends a traceparent of that trace with the attempt's own span id. A table of its own
+-- so that no plan an older release caches on tasks changes shape; only tasks submitted
+-- with a trace context have a row.
+CREATE TABLE IF NOT EXISTS task_traces (
+    task_id     text PRIMARY KEY REFERENCES tasks (id) ON DELETE CASCADE,
+    traceparent text NOT NULL,
+    tracestate  text
+);

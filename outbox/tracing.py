@@ -1,9 +1,9 @@
 """Trace context and OpenTelemetry spans, at no cost when tracing is off.
 
 Every task keeps the W3C trace context its submitter sent (``traceparent``,
-``tracestate``; a new trace when none came), and every attempt of its webhook carries a
-``traceparent`` of that trace with the attempt's own span id. That much needs nothing
-but this module.
+``tracestate``), and every attempt of its webhook carries a ``traceparent`` of that
+trace with the attempt's own span id (a task submitted without one: a trace-id derived
+from its event id). That much needs nothing but this module.
 
 Spans are exported only when tracing is on: :func:`configure_from_env` (hookrelay's
 processes call it at start) turns it on when the standard ``OTEL_EXPORTER_OTLP_*``
@@ -21,6 +21,7 @@ trace context.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from collections.abc import Iterator, Mapping
@@ -40,6 +41,7 @@ __all__ = [
     "change",
     "configure_from_env",
     "current",
+    "derived",
     "enabled",
     "parse",
     "reset",
@@ -223,6 +225,14 @@ def attempt_traceparent(stored: str, otel: Span | None) -> str:
         if ctx.is_valid:
             return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
     return f"00-{stored[3:35]}-{new_span_id()}-{stored[53:55]}"
+
+
+def derived(event_id: str) -> tuple[str, None]:
+    """The trace context of an event whose task keeps none (submitted without one, or
+    a test event): a trace-id and parent id hashed from the event id, so that every
+    attempt, replay and redelivery shares one trace; not sampled."""
+    digest = hashlib.sha256(event_id.encode()).hexdigest()
+    return f"00-{digest[:32]}-{digest[32:48]}-00", None
 
 
 def failed(otel: Span, description: str | None) -> None:

@@ -60,6 +60,7 @@ SPAN = "00f067aa0ba902b7"
 SUBMITTER = f"00-{TRACE}-{SPAN}-01"
 EXECUTOR_TRACE = "0af7651916cd43dd8448eb211c80319c"
 EXECUTOR = f"00-{EXECUTOR_TRACE}-b7ad6b7169203331-01"
+HOOK = "http://127.0.0.1:9/hook"
 
 
 def _trace_of(headers: dict[str, str]) -> TraceContext:
@@ -146,6 +147,23 @@ async def test_a_malformed_traceparent_is_ignored_and_the_task_starts_a_trace(
     assert by_task[bad_state][0].trace_id == TRACE
     assert "tracestate" not in by_task[bad_state][1]
     assert by_task[plain][0].trace_id not in (TRACE, by_task[bad][0].trace_id)
+    # With no trace context kept, the trace-id is derived from the event id: every
+    # attempt, replay and redelivery of the event shares it.
+    for task_id in (bad, plain):
+        ctx, headers = by_task[task_id]
+        assert f"00-{ctx.trace_id}" == tracing.derived(headers["webhook-id"])[0][:35]
+    assert await pool.fetchval("SELECT count(*) FROM task_traces") == 1
+
+
+async def test_an_idempotent_submit_keeps_the_first_trace_context(
+    client: httpx.AsyncClient, tenant: dict[str, Any], pool: asyncpg.Pool
+) -> None:
+    key = {"Idempotency-Key": "order-1"}
+    first = await _submit(client, tenant["apiKey"], HOOK, traceparent=SUBMITTER, **key)
+    again = await _submit(client, tenant["apiKey"], HOOK, traceparent=EXECUTOR, **key)
+    assert first == again
+    rows = await pool.fetch("SELECT task_id, traceparent FROM task_traces")
+    assert [tuple(r) for r in rows] == [(first, SUBMITTER)]
 
 
 # -- spans, with the SDK's in-memory exporter --------------------------------------------
@@ -314,10 +332,8 @@ async def test_the_executors_library_calls_take_its_traceparent(
     assert _hex(done[3])[0] != EXECUTOR_TRACE and done[3].parent is None
     assert done[3].attributes is not None
     assert done[3].attributes["hookrelay.task.status"] == "cancelled"
-    # Tasks made with tracing on and no caller's span start traces of their own.
-    async with pool.acquire() as conn:
-        stored = await conn.fetch("SELECT traceparent FROM tasks")
-    assert all(tracing.parse(r[0]) is not None for r in stored)
+    # Tasks made with no trace context and no current span keep none.
+    assert await pool.fetchval("SELECT count(*) FROM task_traces") == 0
 
 
 async def test_a_failing_change_marks_its_span(

@@ -141,14 +141,14 @@ async def attempt(
         # hosts, which never reach the guarded resolver.
         _check_url(addresses, event.callback_url)
         headers = signer.headers(event.event_id, int(time.time()), event.body)
-        if event.trace is not None:
-            if tracing.enabled():
-                otel = _attempt_span(event, event.trace)
-            traceparent, tracestate = event.trace
-            assert traceparent is not None  # the claim reads only tasks that keep one
-            headers["traceparent"] = tracing.attempt_traceparent(traceparent, otel)
-            if tracestate:
-                headers["tracestate"] = tracestate
+        trace = event.trace or tracing.derived(event.event_id)
+        if tracing.enabled():
+            otel = _attempt_span(event, trace)
+        traceparent, tracestate = trace
+        assert traceparent is not None  # task_traces.traceparent is NOT NULL
+        headers["traceparent"] = tracing.attempt_traceparent(traceparent, otel)
+        if tracestate:
+            headers["tracestate"] = tracestate
         deadline = Deadline(
             loop or asyncio.get_running_loop(),
             task or _current_task(),

@@ -144,23 +144,40 @@ SELECT t.signature_scheme, s.scheme, s.public_key, s.created_at, s.expires_at
   WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL);
 
 -- name: _new_task
--- $10, $11: the submitter's traceparent and tracestate (0023), checked by the caller.
 INSERT INTO tasks (id, tenant_id, type, input, callback_url, metadata, timeout_at,
-                   heartbeat_timeout_s, on_timeout, traceparent, tracestate)
+                   heartbeat_timeout_s, on_timeout)
 VALUES ($1, $2, $3, $4, $5, $6,
         CASE WHEN $7::float8 IS NULL THEN NULL ELSE now() + make_interval(secs => $7) END,
-        $8, $9, $10, $11)
+        $8, $9)
 RETURNING *
 
 -- name: insert_task
 {{_new_task}};
 
 -- name: insert_task_keyed
--- A submit with an Idempotency-Key ($12, request hash $13): the task and its key
+-- A submit with an Idempotency-Key ($10, request hash $11): the task and its key
 -- in one statement, inside the transaction that holds the key's lock.
 WITH task AS ({{_new_task}}),
      kept AS (INSERT INTO idempotency_keys (tenant_id, key, request_hash, task_id)
-              SELECT tenant_id, $12, $13, id FROM task)
+              SELECT tenant_id, $10, $11, id FROM task)
+SELECT * FROM task;
+
+-- name: insert_task_traced
+-- A submit with a W3C trace context ($10 traceparent, $11 tracestate, checked by the
+-- caller; 0023): the task and its trace in one statement. A submit with none writes
+-- no trace row (its webhooks' trace-id is derived from the event id).
+WITH task AS ({{_new_task}}),
+     traced AS (INSERT INTO task_traces (task_id, traceparent, tracestate)
+                SELECT id, $10, $11 FROM task)
+SELECT * FROM task;
+
+-- name: insert_task_keyed_traced
+-- Both: an Idempotency-Key ($10, request hash $11) and a trace context ($12, $13).
+WITH task AS ({{_new_task}}),
+     kept AS (INSERT INTO idempotency_keys (tenant_id, key, request_hash, task_id)
+              SELECT tenant_id, $10, $11, id FROM task),
+     traced AS (INSERT INTO task_traces (task_id, traceparent, tracestate)
+                SELECT id, $12, $13 FROM task)
 SELECT * FROM task;
 
 -- name: _task_as_text
@@ -173,7 +190,7 @@ error::text AS error, callback_url, metadata::text AS metadata, created_at, upda
 completed_at, timeout_at, version, event_id, delivery_status, delivery_attempts,
 last_attempt_at, last_status_code, last_error, next_attempt_at, delivered_at,
 progress::text AS progress, heartbeat_timeout_s, heartbeat_at, heartbeat_due_at,
-on_timeout::text AS on_timeout, traceparent, tracestate
+on_timeout::text AS on_timeout
 
 -- name: get_task
 -- $2 NULL means "any tenant" (executor and ops); partners always pass theirs.
@@ -363,9 +380,9 @@ RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url
           (SELECT t.secret_version FROM tenants t WHERE t.id = o.tenant_id),
           o.lost_leases,
           -- The task's trace context (0023), sent on with the attempt: NULL for a
-          -- test event or a task submitted without one by an older release.
-          (SELECT ARRAY[t.traceparent, t.tracestate] FROM tasks t
-            WHERE t.id = o.task_id AND t.traceparent IS NOT NULL);
+          -- test event, or a task submitted without one.
+          (SELECT ARRAY[tt.traceparent, tt.tracestate] FROM task_traces tt
+            WHERE tt.task_id = o.task_id);
 
 -- name: claim_probe
 -- The single row a granted probe sends to host $1 (take_probes made its circuit
@@ -397,9 +414,9 @@ RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url
           (SELECT t.secret_version FROM tenants t WHERE t.id = o.tenant_id),
           o.lost_leases,
           -- The task's trace context (0023), sent on with the attempt: NULL for a
-          -- test event or a task submitted without one by an older release.
-          (SELECT ARRAY[t.traceparent, t.tracestate] FROM tasks t
-            WHERE t.id = o.task_id AND t.traceparent IS NOT NULL);
+          -- test event, or a task submitted without one.
+          (SELECT ARRAY[tt.traceparent, tt.tracestate] FROM task_traces tt
+            WHERE tt.task_id = o.task_id);
 
 -- name: hold_lanes
 -- Take the due rows of hosts $1 out of the claims' way while their circuit is

@@ -24,8 +24,8 @@ class NewTask:
     timeout_s: float | None = None
     heartbeat_timeout_s: float | None = None  # a running task silent this long times out
     on_timeout: Any = None  # {result?, error?} written onto the task if it times out
-    # The submitter's W3C trace context, kept on the task for every attempt of its
-    # webhook; None: a new trace (hookrelay.outbox.tracing).
+    # The submitter's W3C trace context, kept for every attempt of the task's webhook
+    # (hookrelay.outbox.tracing).
     trace: TraceContext | None = None
 
 
@@ -72,7 +72,9 @@ async def _insert(
     spec: NewTask,
     idempotency: tuple[str, bytes] | None = None,
 ) -> Task:
-    trace = spec.trace or tracing.current() or TraceContext.new()
+    # The submitter's, else the submit request's span when tracing is on; else none
+    # is stored and the webhook's trace-id comes from its event id.
+    trace = spec.trace or tracing.current()
     return await store.insert_task(
         conn,
         task_id=TaskId(ids.task_id()),
@@ -85,7 +87,7 @@ async def _insert(
         heartbeat_timeout_s=spec.heartbeat_timeout_s,
         on_timeout=spec.on_timeout,
         idempotency=idempotency,
-        trace=(trace.traceparent, trace.state),
+        trace=None if trace is None else (trace.traceparent, trace.state),
     )
 
 

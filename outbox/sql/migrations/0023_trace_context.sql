@@ -1,8 +1,13 @@
 -- hookrelay: runs beside older releases
--- 0023: the W3C trace context a task's submitter sent (traceparent, tracestate; a
--- new trace when none came), kept on the task: every attempt of its webhook sends a
--- traceparent of that trace with the attempt's own span id. Nullable columns older
--- code neither reads nor writes: the tasks it submits have none, and their webhooks
--- go without a traceparent, as before.
-ALTER TABLE tasks ADD COLUMN IF NOT EXISTS traceparent text;
-ALTER TABLE tasks ADD COLUMN IF NOT EXISTS tracestate text;
+-- 0023: the W3C trace context a task's submitter sent (traceparent, tracestate), kept
+-- for every attempt of its webhook, which sends a traceparent of that trace with the
+-- attempt's own span id. A table of its own, not columns of tasks: a release running
+-- beside this one caches the plans of its `SELECT *` and `RETURNING *` on tasks, and
+-- a new column would make them fail inside a transaction ("cached plan must not
+-- change result type"). Only tasks submitted with a trace context have a row; older
+-- code neither reads nor writes it, and a task's deletion takes its row along.
+CREATE TABLE IF NOT EXISTS task_traces (
+    task_id     text PRIMARY KEY REFERENCES tasks (id) ON DELETE CASCADE,
+    traceparent text NOT NULL,
+    tracestate  text
+);
