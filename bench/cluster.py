@@ -7,7 +7,9 @@ Hosts are network namespaces on this machine (bench/netns.py); needs root and ip
 Scenarios: ``scale`` (drain over 1, 2, 3 hosts), ``lost`` (SIGKILL of a host mid-drain),
 ``partition`` (a host cut from PostgreSQL past its leases), ``failover`` (primary
 SIGKILLed, synchronous standby promoted), ``vanish`` (the same with the primary's link
-down first, as when its machine is gone) and ``async`` (SIGKILL, asynchronous standby).
+down first, as when its machine is gone), ``async`` (SIGKILL, asynchronous standby) and
+``rpo`` (the asynchronous standby cut off 3 s first, then SIGKILL: what is lost, and what
+the partner's reconciliation through the status listing gets back).
 The scale table goes to docs/operations/benchmarks.md, the rest to reliability.md beside it
 (with ``--record``).
 """
@@ -22,7 +24,9 @@ from bench.clusterhosts import cluster
 from bench.common import RELIABILITY, RELIABILITY_HEADER, record
 from bench.netns import unavailable
 
-SCENARIOS = ("scale", "lost", "partition", "failover", "vanish", "async")
+SCENARIOS = ("scale", "lost", "partition", "failover", "vanish", "async", "rpo")
+FAULTS = ("lost", "partition", "failover", "vanish", "async")  # one table
+RPO_LAG_S = 3.0  # the standby cut off this long before the primary dies
 
 
 def scale_table(results: list[runs.ScaleRun]) -> str:
@@ -111,6 +115,26 @@ def failover_rows(r: runs.Failover, how: str) -> list[str]:
     ]
 
 
+def rpo_rows(r: runs.Failover) -> list[str]:
+    g, rec = r.ledger, r.reconciled
+    assert rec is not None
+    return [
+        f"| asynchronous replication loss: the standby's link down {r.lag_s:g} s (replication "
+        f"lag), traffic going on, then the primary SIGKILLed and the standby promoted "
+        f"{r.outage_s:.1f} s later | 3 hosts, 9 clients submitting and completing "
+        f"| {r.acked_in_lag:,} writes answered 2xx while the standby was cut off; lost with "
+        f"the primary (RPO): {r.lost_submits} submits and {r.lost_completes} completes, i.e. "
+        f"{r.lost_submits + r.lost_completes} of the {r.submitted_ok + r.completed_ok:,} "
+        f"writes answered 2xx; webhooks the receiver had for events the promoted server no "
+        f"longer holds: {g.forgotten}; delivered again because their outcome was lost: "
+        f"{g.duplicates}. The partner's reconciliation (status listing of {rec.listed:,} "
+        f"tasks against its records) found {rec.missing} tasks missing and {rec.regressed} "
+        f"completed ones unfinished, submitted {rec.resubmitted} again and completed "
+        f"{rec.recompleted} again (all 2xx); the receiver then had {rec.delivered} of those "
+        f"{rec.recompleted} webhooks; committed events undelivered at the end: {g.lost} |"
+    ]
+
+
 async def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--events", type=int, default=30000)
@@ -149,7 +173,19 @@ async def main() -> None:
         print(table)
         record(
             "cluster: hosts lost, cut off, failed over",
-            f"{command} --only {','.join(s for s in SCENARIOS if s in only and s != 'scale')}",
+            f"{command} --only {','.join(s for s in FAULTS if s in only)}",
+            table,
+            file=RELIABILITY,
+            header=RELIABILITY_HEADER,
+        )
+    if "rpo" in only:
+        async with cluster(apps=3, standby="async") as c:
+            run = await runs.failover(c, before=n, after=n, lag_s=RPO_LAG_S)
+        table = "\n".join(["| fault | load | outcome |", "|---|---|---|", *rpo_rows(run), ""])
+        print(table)
+        record(
+            "cluster: asynchronous replication loss",
+            f"{command} --only rpo",
             table,
             file=RELIABILITY,
             header=RELIABILITY_HEADER,

@@ -56,6 +56,7 @@ class Ledger:
     requests: int  # requests the receiver had
     unique: int  # distinct webhook-ids among them
     missing: int  # committed events the receiver never had
+    forgotten: int  # events the receiver had that the database no longer holds (a lost commit)
     outbox_left: int
     undelivered_tasks: int  # terminal tasks whose delivery is not "delivered"
     attempt_rows: int
@@ -97,6 +98,7 @@ async def ledger(c: Cluster, db: Database) -> Ledger:
         requests=int(rx["requests"]),
         unique=int(rx["unique"]),
         missing=len(committed - seen),
+        forgotten=len(seen - committed),
         outbox_left=row["outbox_left"],
         undelivered_tasks=row["undelivered"],
         attempt_rows=row["attempt_rows"],
@@ -293,6 +295,7 @@ def _first_with_final_log(first: Ledger, final: Ledger) -> Ledger:
         requests=first.requests,
         unique=first.unique,
         missing=first.missing + final.missing,
+        forgotten=first.forgotten,
         outbox_left=final.outbox_left,
         undelivered_tasks=final.undelivered_tasks,
         attempt_rows=final.attempt_rows,
@@ -394,6 +397,21 @@ class Failover:
     exit_codes: list[int]
     failures: Counter[str]
     ledger: Ledger
+    lag_s: float = 0.0  # how long the standby was cut off before the primary died
+    acked_in_lag: int = 0  # submits + completes answered 2xx while it was cut off
+    reconciled: Reconciled | None = None  # with a lag: the partner's reconciliation
+
+
+@dataclass
+class Reconciled:
+    """A partner's reconciliation after losing writes: the listing against its own records."""
+
+    listed: int  # tasks the status listing showed
+    missing: int  # tasks answered 2xx at submit that the listing does not show
+    regressed: int  # completes answered 2xx whose task the listing shows not terminal
+    resubmitted: int  # missing tasks submitted again, answered 2xx
+    recompleted: int  # completions done again (regressed, and missing ones that were done)
+    delivered: int  # of the completions done again, webhooks the receiver then had
 
 
 async def failover(
@@ -404,8 +422,14 @@ async def failover(
     lease_s: float | None = None,
     hold_s: float = 2.0,
     vanish: bool = False,
+    lag_s: float = 0.0,
 ) -> Failover:
     """Traffic through every API; SIGKILL the primary; promote the standby; count.
+
+    ``lag_s``: the standby's link goes down that long before the primary dies, traffic
+    going on, so an asynchronous standby misses what was committed meanwhile (the
+    replication lag a slow link or a busy standby gives, made long enough to count).
+    The partner then reconciles through the status listing (:func:`reconcile`).
 
     ``vanish``: its link goes down first, so not even a TCP reset reaches the clients,
     as when the primary's machine is gone rather than its server. Finding its
@@ -428,10 +452,17 @@ async def failover(
         await poll(lambda: len(load.completed) >= before, DRAIN_TIMEOUT_S, "traffic before")
         procs = [p for app in c.apps for p in app.procs.values()]
         cpu_before = [p.cpu_s() for p in procs]
+        acked_before = len(load.submitted) + len(load.completed)
+        if lag_s:
+            c.net.set_link(c.pg[1].host, "db", up=False)
+            await asyncio.sleep(lag_s)
+        acked_in_lag = len(load.submitted) + len(load.completed) - acked_before
         killed_at = time.monotonic()
         if vanish:
             c.net.set_link(c.pg[0].host, "db", up=False)
         c.pg[0].kill()
+        if lag_s:
+            c.net.set_link(c.pg[1].host, "db", up=True)
         ready_503 = []
         for app in c.apps:
             await poll(lambda app=app: _is(c.ready(app), 503), 60, f"{app.name} /readyz 503")
@@ -473,6 +504,7 @@ async def failover(
         }
     finally:
         await conn.close()
+    reconciled = await reconcile(c, db, load) if lag_s else None
     codes = []
     for app in c.apps:
         procs_now = list(app.procs.values())
@@ -496,6 +528,57 @@ async def failover(
         exit_codes=codes,
         failures=load.failures,
         ledger=await ledger(c, db),
+        lag_s=lag_s,
+        acked_in_lag=acked_in_lag,
+        reconciled=reconciled,
+    )
+
+
+async def reconcile(c: Cluster, db: Database, load: Load) -> Reconciled:
+    """What a partner does after a failover that lost writes, and what it gets back.
+
+    It pages the status listing (the source of truth) and holds it against its own
+    records: a task it was given an id for that the listing lacks is submitted again; a
+    task its executor completed (answered 2xx) that the listing shows unfinished is
+    completed again. Each redone completion commits a new event; the receiver must then
+    have every one of them.
+    """
+    auth = {"Authorization": f"Bearer {load.key}"}
+    listed: dict[str, str] = {}
+    async with httpx.AsyncClient(base_url=c.apps[0].api, timeout=60) as h:
+        cursor: str | None = None
+        while True:
+            params = {"limit": "500", "fields": "status", **({"cursor": cursor} if cursor else {})}
+            page = (await h.get("/v1/tasks", params=params, headers=auth)).raise_for_status()
+            listed |= {t["id"]: t["status"] for t in page.json()["data"]}
+            if not (cursor := page.json()["nextCursor"]):
+                break
+        missing = [task for task in load.submitted if task not in listed]
+        regressed = [
+            task for task in load.completed if task in listed and listed[task] != "succeeded"
+        ]
+        to_complete = list(regressed)
+        for task in missing:
+            r = await h.post("/v1/tasks", json={"type": "t", "callbackUrl": c.rx_url}, headers=auth)
+            r.raise_for_status()
+            if task in load.completed:  # else it waits for its executor, as it did
+                to_complete.append(r.json()["id"])
+        redone: list[str] = []  # the events of the completions done again
+        for task in to_complete:
+            done = await h.post(
+                f"/v1/tasks/{task}/complete", json={"status": "succeeded"}, headers=ADMIN
+            )
+            done.raise_for_status()
+            redone.append(done.json()["delivery"]["eventId"])
+    await poll(lambda: _outbox_empty(db), DRAIN_TIMEOUT_S, "outbox empty after reconciling")
+    seen = set((await c.rx_stats(ids=True))["ids"])
+    return Reconciled(
+        listed=len(listed),
+        missing=len(missing),
+        regressed=len(regressed),
+        resubmitted=len(missing),
+        recompleted=len(redone),
+        delivered=sum(1 for event in redone if event in seen),
     )
 
 

@@ -15,8 +15,14 @@ figure. Three shapes:
 Also: rows claimed ÷ delivered, and the time from starting ``hookrelay dispatch``
 to its first delivery (the backlog is there before it starts).
 
+And the egress proxy: one host, ``--proxy-events`` events, drained directly and
+through Debian's tinyproxy (``HOOKRELAY_EGRESS_PROXY``, a CONNECT tunnel per
+connection), ``--repeat`` pairs, which of the two goes first alternating; the
+dispatcher's rate and CPU per attempt of each. ``--proxy-only`` runs this alone.
+
     python -m bench dispatch_cpu [--events 10000,20000] [--repeat 3] [--pgq-jobs 2000]
                                  [--hosts 100] [--per-host 100] [--fail-rate 0.3]
+                                 [--proxy-events 5000] [--proxy-only]
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from hookrelay.outbox.store.pool import create_pool
 from hookrelay.outbox.tasks.submit import NewTask, create_task
 from hookrelay.outbox.tenants import create_tenant
 from tests.harness.procs import ROOT, hookrelay, master_key, service_env
+from tests.harness.tinyproxy import Tinyproxy, tinyproxy_binary
 
 TOTAL = 200  # DispatcherConfig.concurrency: in flight over every host
 
@@ -136,6 +143,46 @@ async def drain(dsn: str, env: dict[str, str], n: int, *, first_pass: bool = Fal
     return Drain(n / elapsed, cpu / max(1, attempts) * 1e6, attempts, first - launched, counters)
 
 
+async def through_proxy(
+    server: str, box: SecretBox, key: str, n: int, repeat: int
+) -> tuple[list[str], list[str]]:
+    """Table lines and notes: direct drains beside drains through tinyproxy."""
+    binary = tinyproxy_binary()
+    if binary is None:
+        return [], ["egress proxy: tinyproxy is not installed (apt-get install tinyproxy)"]
+    rx, proxy = ReceiverProcess(), Tinyproxy(binary)
+    drains: dict[bool, list[Drain]] = {False: [], True: []}
+    try:
+        for i in range(repeat):
+            # Alternating which goes first, so neither gains from coming second.
+            for proxied in (False, True) if i % 2 == 0 else (True, False):
+                dsn = await fresh_database(server)
+                await fill(dsn, box, [rx.url], n)
+                extra = {"egress_proxy": proxy.url} if proxied else {}
+                drains[proxied].append(
+                    await drain(dsn, service_env(dsn, key, log_level="INFO", **extra), n)
+                )
+    finally:
+        rx.stop()
+        proxy.stop()
+    lines = []
+    for proxied, label in ((False, "direct"), (True, "through tinyproxy")):
+        rate = statistics.median(d.rate for d in drains[proxied])
+        cpu = statistics.median(d.cpu_us for d in drains[proxied])
+        lines.append(
+            f"| one host, {n:,} events, {label} (median of {repeat}) | {rate:,.0f} | | | "
+            f"{cpu:.0f} / | | | |"
+        )
+    direct = statistics.median(d.rate for d in drains[False])
+    proxied_rate = statistics.median(d.rate for d in drains[True])
+    faults = sum(d.counters["local_faults"] for d in drains[True])
+    notes = [
+        f"egress proxy: drain through tinyproxy {proxied_rate / direct:.2f}× the direct "
+        f"drain's rate; {faults} local faults"
+    ]
+    return lines, notes
+
+
 async def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--events", default="10000,20000")
@@ -144,6 +191,8 @@ async def main() -> None:
     p.add_argument("--hosts", type=int, default=100)
     p.add_argument("--per-host", type=int, default=100)
     p.add_argument("--fail-rate", type=float, default=0.3)
+    p.add_argument("--proxy-events", type=int, default=5000)
+    p.add_argument("--proxy-only", action="store_true", help="only the egress proxy shape")
     args = p.parse_args()
     server, key = server_dsn(), master_key()
     box = SecretBox(base64.urlsafe_b64decode(key))
@@ -154,6 +203,10 @@ async def main() -> None:
         "|---|---|---|---|---|---|---|---|",
     ]
     notes = []
+    if args.proxy_only:
+        more, also = await through_proxy(server, box, key, args.proxy_events, args.repeat)
+        print("\n".join(lines + more) + "\n\n" + "\n".join(f"- {x}" for x in also))
+        return
     rx = ReceiverProcess()
     try:
         for n in (int(x) for x in args.events.split(",")):
@@ -231,12 +284,15 @@ async def main() -> None:
         )
     finally:
         failing.stop()
+    more, also = await through_proxy(server, box, key, args.proxy_events, args.repeat)
+    lines += more
+    notes += also
     table = "\n".join(lines) + "\n\n" + "\n".join(f"- {x}" for x in notes) + "\n"
     print(table)
     record(
         "dispatch_cpu: CPU per delivery against a bare client",
         f"python -m bench dispatch_cpu --events {args.events} --repeat {args.repeat} "
         f"--pgq-jobs {args.pgq_jobs} --hosts {args.hosts} --per-host {args.per_host} "
-        f"--fail-rate {args.fail_rate:g}",
+        f"--fail-rate {args.fail_rate:g} --proxy-events {args.proxy_events}",
         table,
     )

@@ -20,7 +20,7 @@ The tree::
     ├── BlockedDestination         a callback URL points where we must not connect
     ├── TransportError             an HTTP exchange with a receiver failed
     │   └── LookupFailed           the receiver's name did not resolve (in time)
-    ├── LocalFault                 our own side failed (resolver, file descriptors, pool)
+    ├── LocalFault                 our own side failed (resolver, file descriptors, pool, proxy)
     └── ConfigurationError         a bad key, secret or setting
         └── SchemaMismatch         the database's migrations are not the ones this release runs on
 
@@ -154,7 +154,13 @@ class LookupFailed(TransportError):
 
 
 LocalFaultKind = Literal[
-    "resolver_unavailable", "out_of_fds", "out_of_memory", "no_local_ports", "pool_closed", "bug"
+    "resolver_unavailable",
+    "out_of_fds",
+    "out_of_memory",
+    "no_local_ports",
+    "pool_closed",
+    "egress_proxy",
+    "bug",
 ]
 
 

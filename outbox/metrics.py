@@ -17,7 +17,8 @@ ATTEMPT_SECONDS = Histogram(
 )
 LOCAL_FAULTS = Counter(
     "hookrelay_local_faults",
-    "Attempts abandoned for a fault of our own (resolver, file descriptors, HTTP pool, bug); "
+    "Attempts abandoned for a fault of our own (resolver, file descriptors, HTTP pool, egress "
+    "proxy, bug); "
     "the event was given back without spending an attempt",
     ["kind"],
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -34,10 +35,16 @@ class Receiver:
     _runner: web.AppRunner | None = None
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
     state: dict[str, Any] = field(default_factory=dict)
+    # Where it listens, and with ``tls`` it speaks https (``url_for`` names it).
+    bind: str = "127.0.0.1"
+    tls: ssl.SSLContext | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hook"
+        return self.url_for(self.bind)
+
+    def url_for(self, host: str) -> str:
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}/hook"
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
@@ -50,7 +57,7 @@ class Receiver:
         app.router.add_post("/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, self.bind, 0, ssl_context=self.tls)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         return self

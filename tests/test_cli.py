@@ -18,6 +18,7 @@ import pytest
 from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.store.pool import apply_schema
 from hookrelay.outbox.tenants import active_secrets, authenticate
+from hookrelay.service.server import processes
 from hookrelay.service.server.prerequisites import Runtime
 from hookrelay.service.server.processes import _where
 from hookrelay.service.server.settings import Settings
@@ -333,3 +334,19 @@ async def test_dead_letters_list_escapes_receiver_text(pool, runtime, dsn) -> No
 async def test_usage_errors_are_one_line(args) -> None:
     code, out, err = await run_cli(*args, env={})
     assert code == 2 and out == "" and err.count("\n") == 1 and "--help" in err, err
+
+
+def test_the_banner_says_how_deliveries_leave(tmp_path) -> None:
+    assert processes._deliveries(Settings()) == []
+    lines = processes._deliveries(
+        Settings(
+            egress_proxy="http://egress.internal:8888",
+            client_cert=tmp_path / "client.crt",
+            ca_bundle=tmp_path / "ca.pem",
+        )
+    )
+    assert lines == [
+        "egress proxy:    http://egress.internal:8888 (HOOKRELAY_EGRESS_PROXY)",
+        f"client cert:     {tmp_path / 'client.crt'} (HOOKRELAY_CLIENT_CERT)",
+        f"extra CAs:       {tmp_path / 'ca.pem'} (HOOKRELAY_CA_BUNDLE)",
+    ]

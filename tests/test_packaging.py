@@ -11,6 +11,7 @@ environment holds none of the server's dependencies.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -182,3 +183,18 @@ def test_the_server_installs_beside_its_client_under_one_name(
         timeout=60,
     )
     assert version.stdout.strip() == f"hookrelay {VERSION}"
+
+
+def test_the_changelog_has_a_section_per_release_the_newest_being_this_one() -> None:
+    """The changelog's sections are releases, newest first, and the top one is ours."""
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    headings = re.findall(r"^## (\S+) \((.+)\)$", changelog, flags=re.MULTILINE)
+    versions = [version for version, _ in headings]
+    assert versions and versions[0] == VERSION, versions
+    assert all(re.fullmatch(r"\d+\.\d+\.\d+", v) for v in versions), versions
+    parsed = [tuple(int(part) for part in v.split(".")) for v in versions]
+    assert parsed == sorted(parsed, reverse=True) and len(set(parsed)) == len(parsed)
+    # Every section but the one being built names the day it was released.
+    for version, when in headings[1:]:
+        assert re.match(r"\d{4}-\d{2}-\d{2}\b", when), (version, when)
+    assert not re.search(r"^## Unreleased", changelog, flags=re.MULTILINE)

@@ -118,8 +118,10 @@ async def _dml_only_role(dsn: str) -> tuple[str, str]:
         await conn.execute(f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {role}")
     finally:
         await conn.close()
+    # The same server and query (the embedded server's DSN names its socket directory in
+    # ?host= and no host at all), another user.
     parts = urlsplit(dsn)
-    netloc = f"{role}@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    netloc = f"{role}@{parts.netloc.rpartition('@')[2]}"
     return role, urlunsplit(parts._replace(netloc=netloc))
 
 

@@ -155,3 +155,21 @@ def test_metrics_port_of_dispatch_has_a_default_and_can_be_off() -> None:
         with pytest.raises(SettingsError, match="HOOKRELAY_METRICS_PORT") as info:
             Settings.from_env({"HOOKRELAY_METRICS_PORT": bad})
         assert "or off" in str(info.value)
+
+
+def test_egress_proxy_and_tls_files_are_checked_at_start(tmp_path: Path) -> None:
+    s = Settings.from_env({"HOOKRELAY_EGRESS_PROXY": "http://proxy.internal:3128"})
+    proxy = s.egress_proxy_config()
+    assert proxy is not None and (proxy.host, proxy.port) == ("proxy.internal", 3128)
+    assert Settings.from_env({}).egress_proxy_config() is None
+    assert Settings.from_env({}).tls_context() is None
+    with pytest.raises(SettingsError) as info:
+        Settings.from_env(
+            {
+                "HOOKRELAY_EGRESS_PROXY": "socks5://proxy:1080",
+                "HOOKRELAY_CA_BUNDLE": str(tmp_path / "missing.pem"),
+            }
+        )
+    msg = str(info.value)
+    assert "HOOKRELAY_EGRESS_PROXY='socks5://proxy:1080'" in msg
+    assert "HOOKRELAY_CA_BUNDLE=" in msg and "cannot read it" in msg

@@ -16,6 +16,7 @@ Both raise :class:`~hookrelay.outbox.errors.TransportError` for a failed exchang
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -25,6 +26,7 @@ import httpx
 
 from hookrelay.outbox.egress.dns import DNS_TIMEOUT_S, AiohttpResolver, Resolver
 from hookrelay.outbox.egress.local_faults import as_local_fault
+from hookrelay.outbox.egress.proxy import EgressProxy
 from hookrelay.outbox.egress.ssrf import AddressPolicy, GuardedConnector, blocked_reason
 from hookrelay.outbox.errors import BlockedDestination, LocalFault, TransportError
 
@@ -65,10 +67,14 @@ class AiohttpSender:
         per_host: int,
         connect_timeout_s: float,
         resolver: Resolver | None = None,
+        tls: ssl.SSLContext | None = None,
+        proxy: EgressProxy | None = None,
     ) -> None:
         self._addresses = addresses
         self._resolver = resolver if resolver is not None else Resolver()
         self._limits = (concurrency, per_host)
+        self._tls = tls
+        self._proxy = proxy
         # The whole attempt runs under the caller's deadline; only connecting
         # has a shorter one of its own.
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s)
@@ -78,15 +84,20 @@ class AiohttpSender:
         concurrency, per_host = self._limits
         # GuardedConnector checks every address it dials, IP literals included.
         # aiohttp's own DNS cache is off: ours honours TTLs and has a deadline.
+        # The proxy's own name goes through the same resolver, unchecked: ops chose it.
         connector = GuardedConnector(
             self._addresses,
             resolver=AiohttpResolver(self._resolver),
+            proxy=self._proxy,
+            proxy_resolver=self._resolver,
             limit=concurrency,
             limit_per_host=per_host,
             use_dns_cache=False,
+            ssl=self._tls if self._tls is not None else True,
         )
         # trust_env=False: proxies from the environment are ignored, or the
-        # guard would check the proxy instead of the destination.
+        # guard would check the proxy instead of the destination; the egress
+        # proxy (HOOKRELAY_EGRESS_PROXY) is the connector's, behind the guard.
         return aiohttp.ClientSession(
             connector=connector,
             trust_env=False,
@@ -160,12 +171,17 @@ def build_sender(
     connect_timeout_s: float,
     dns_timeout_s: float = DNS_TIMEOUT_S,
     nameservers: Sequence[str] = (),
+    tls: ssl.SSLContext | None = None,
+    proxy: EgressProxy | None = None,
 ) -> Sender:
-    """The production sender, with its own resolver (the delivery DNS budget)."""
+    """The production sender, with its own resolver (the delivery DNS budget), the
+    TLS context of ``egress.tls`` and the egress proxy, if any."""
     return AiohttpSender(
         addresses,
         concurrency=concurrency,
         per_host=per_host,
         connect_timeout_s=connect_timeout_s,
         resolver=Resolver(timeout_s=dns_timeout_s, nameservers=nameservers),
+        tls=tls,
+        proxy=proxy,
     )

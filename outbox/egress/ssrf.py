@@ -7,6 +7,7 @@ the rules of ``hookrelay.outbox.destinations``.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import ipaddress
 import re
@@ -18,14 +19,21 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import idna
+from aiohappyeyeballs import AddrInfoType
 from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.client_exceptions import cert_errors, ssl_errors
+from aiohttp.client_proto import ResponseHandler
+from aiohttp.client_reqrep import ClientRequest
+from aiohttp.helpers import ceil_timeout
 
 from hookrelay.outbox.destinations import DEFAULT_PORTS, classify, embedded_ipv4
 from hookrelay.outbox.egress.dns import AiohttpResolver, Resolver
+from hookrelay.outbox.egress.proxy import EgressProxy, open_tunnel
 from hookrelay.outbox.errors import (
     BlockedDestination,
     ConfigurationError,
     InvalidCallbackUrl,
+    LocalFault,
     PlainHttpRefused,
 )
 
@@ -328,13 +336,74 @@ class GuardedResolver(AbstractResolver):
 
 
 class GuardedConnector(aiohttp.TCPConnector):
-    """``TCPConnector`` with a ``GuardedResolver`` that also checks IP-literal hosts."""
+    """``TCPConnector`` with a ``GuardedResolver`` that also checks IP-literal hosts.
+
+    With ``proxy``, each connection is a CONNECT tunnel through it to the checked
+    address aiohttp would have dialled (``egress.proxy``); the rest (TLS with the
+    callback's host name, the pool, the request) is as on a direct connection.
+    """
 
     def __init__(
-        self, policy: AddressPolicy, *, resolver: AbstractResolver | None = None, **kwargs: Any
+        self,
+        policy: AddressPolicy,
+        *,
+        resolver: AbstractResolver | None = None,
+        proxy: EgressProxy | None = None,
+        proxy_resolver: Resolver | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(resolver=GuardedResolver(policy, resolver), **kwargs)
         self._ssrf_policy = policy
+        self._egress_proxy = proxy
+        self._proxy_resolver = proxy_resolver if proxy_resolver is not None else Resolver()
+
+    async def _wrap_create_connection(
+        self,
+        *args: Any,
+        addr_infos: list[AddrInfoType],
+        req: ClientRequest,
+        timeout: aiohttp.ClientTimeout,
+        client_error: type[Exception] = aiohttp.ClientConnectorError,
+        **kwargs: Any,
+    ) -> tuple[asyncio.Transport, ResponseHandler]:
+        proxy = self._egress_proxy
+        if proxy is None:
+            return await super()._wrap_create_connection(
+                *args,
+                addr_infos=addr_infos,
+                req=req,
+                timeout=timeout,
+                client_error=client_error,
+                **kwargs,
+            )
+        # The first address left: on a failure aiohttp drops it and calls again.
+        target = addr_infos[0][4]
+        reached: list[bool] = []
+        try:
+            async with ceil_timeout(timeout.sock_connect, ceil_threshold=timeout.ceil_threshold):
+                sock = await open_tunnel(
+                    self._loop, proxy, self._proxy_resolver, (target[0], target[1]), reached
+                )
+                if kwargs.get("ssl") and self._ssl_shutdown_timeout:  # as aiohttp's own
+                    kwargs["ssl_shutdown_timeout"] = self._ssl_shutdown_timeout
+                try:
+                    return await self._loop.create_connection(*args, **kwargs, sock=sock)
+                except BaseException:
+                    sock.close()
+                    raise
+        except TimeoutError as exc:
+            if not reached:
+                raise LocalFault(
+                    "egress_proxy",
+                    f"egress proxy {proxy}: no connection within the connect timeout",
+                ) from exc
+            raise  # the proxy is up; the checked address did not answer in time
+        except cert_errors as exc:
+            raise aiohttp.ClientConnectorCertificateError(req.connection_key, exc) from exc
+        except ssl_errors as exc:
+            raise aiohttp.ClientConnectorSSLError(req.connection_key, exc) from exc
+        except OSError as exc:
+            raise client_error(req.connection_key, exc) from exc
 
     # aiohttp answers IP literals inside _resolve_host without asking the resolver, and
     # serves names from its DNS cache; checking here covers every address it dials.

@@ -60,6 +60,8 @@ def make_dispatcher(runtime: Runtime, pool: asyncpg.Pool) -> Dispatcher:
         connect_timeout_s=s.connect_timeout_s,
         dns_timeout_s=s.dns_timeout_s,
         nameservers=s.nameservers(),
+        tls=s.tls_context(),
+        proxy=s.egress_proxy_config(),
     )
     return Dispatcher(pool, runtime.dsn, sender, runtime.secret_box, config, owns_sender=True)
 

@@ -57,8 +57,22 @@ def _where(runtime: Runtime) -> list[str]:
     return [*lines, f"data directory:  {s.data_dir}{unused}"]
 
 
-def _banner(runtime: Runtime, url: str, processes: str) -> None:
+def _deliveries(settings: Settings) -> list[str]:
+    """The banner's lines on how deliveries leave, when not directly with system CAs."""
+    lines = []
+    if settings.egress_proxy is not None:
+        lines.append(f"egress proxy:    {settings.egress_proxy} (HOOKRELAY_EGRESS_PROXY)")
+    if settings.client_cert is not None:
+        lines.append(f"client cert:     {settings.client_cert} (HOOKRELAY_CLIENT_CERT)")
+    if settings.ca_bundle is not None:
+        lines.append(f"extra CAs:       {settings.ca_bundle} (HOOKRELAY_CA_BUNDLE)")
+    return lines
+
+
+def _banner(runtime: Runtime, url: str, processes: str, *, delivering: bool = False) -> None:
     lines = [f"hookrelay listening on {url}", *_where(runtime)]
+    if delivering:
+        lines += _deliveries(runtime.settings)
     lines.append(f"processes:       {processes}")
     lines.append(f"admin token:     {runtime.admin_token_source()}")
     if runtime.admin_token_created:
@@ -153,12 +167,12 @@ async def serve(settings: Settings, *, with_dispatcher: bool) -> None:
                     sock,
                     stopping,
                     with_dispatcher=with_dispatcher,
-                    on_listening=lambda: _banner(ready, url, described),
+                    on_listening=lambda: _banner(ready, url, described, delivering=with_dispatcher),
                 )
             else:
                 await supervisor.Supervisor(
                     runtime, sock, stopping, workers=workers, with_dispatcher=with_dispatcher
-                ).run(on_ready=lambda: _banner(ready, url, described))
+                ).run(on_ready=lambda: _banner(ready, url, described, delivering=with_dispatcher))
         except Stopped:
             log.info("stopped while starting")
         finally:
@@ -209,6 +223,7 @@ async def dispatch(settings: Settings) -> None:
                 lines = [
                     f"hookrelay dispatcher {dispatcher.config.owner} started",
                     *_where(runtime),
+                    *_deliveries(s),
                     *_endpoints(s, token),
                 ]
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import ssl
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from functools import cache
 from pathlib import Path
@@ -26,7 +27,13 @@ import msgspec
 from msgspec import Meta
 
 from hookrelay.outbox.dispatch import AttemptLimits, BreakerPolicy, DispatcherConfig, RetryPolicy
-from hookrelay.outbox.egress import DNS_SUBMIT_TIMEOUT_S, DNS_TIMEOUT_S, AddressPolicy
+from hookrelay.outbox.egress import (
+    DNS_SUBMIT_TIMEOUT_S,
+    DNS_TIMEOUT_S,
+    AddressPolicy,
+    EgressProxy,
+    tls_context,
+)
 from hookrelay.outbox.errors import ConfigurationError
 from hookrelay.outbox.keys import parse_master_key
 from hookrelay.outbox.tasks import Retention
@@ -165,6 +172,33 @@ class Settings:
         ),
     ] = ""
     allow_http: Annotated[bool, doc("accept plain-`http` callback URLs")] = False
+    egress_proxy: Annotated[
+        str | None,
+        doc(
+            "`http://host:port`: every delivery leaves through this forward proxy, tunnelled "
+            "with CONNECT to the address the dispatcher resolved and checked (static egress IPs "
+            "for receivers' allowlists); a proxy that is down or refuses costs no attempt "
+            "([Egress proxy](../operations/delivery.md#egress-proxy-and-static-ips))",
+            shown="unset: deliveries connect directly",
+        ),
+    ] = None
+    ca_bundle: Annotated[
+        Path | None,
+        doc(
+            "PEM file of extra CAs trusted for receivers' certificates, beside the system's "
+            "([Private CAs](../operations/delivery.md#mutual-tls-and-private-cas))"
+        ),
+    ] = None
+    client_cert: Annotated[
+        Path | None,
+        doc(
+            "PEM client certificate presented to receivers that require mutual TLS (its key "
+            "in `HOOKRELAY_CLIENT_KEY`, or in the same file)"
+        ),
+    ] = None
+    client_key: Annotated[
+        Path | None, doc("PEM private key (unencrypted) of `HOOKRELAY_CLIENT_CERT`")
+    ] = None
     retry_base_s: Annotated[
         Seconds,
         doc(
@@ -382,7 +416,13 @@ class Settings:
 
     def _cross_checks(self) -> list[str]:
         problems = []
-        for check in (self.retry_policy, self.address_policy):
+        checks: tuple[Callable[[], object], ...] = (
+            self.retry_policy,
+            self.address_policy,
+            self.egress_proxy_config,
+            self.tls_context,  # reads the files: checked at start, naming the variable
+        )
+        for check in checks:
             try:
                 check()
             except ConfigurationError as exc:
@@ -419,6 +459,15 @@ class Settings:
 
     def address_policy(self) -> AddressPolicy:
         return AddressPolicy.from_settings(self.allow_private_cidrs, self.allow_http)
+
+    def egress_proxy_config(self) -> EgressProxy | None:
+        """``HOOKRELAY_EGRESS_PROXY`` parsed; ConfigurationError names it."""
+        return None if self.egress_proxy is None else EgressProxy.from_url(self.egress_proxy)
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        """The deliveries' TLS context (files read now); ConfigurationError names the
+        variable whose file cannot be read or used."""
+        return tls_context(self.ca_bundle, self.client_cert, self.client_key)
 
     def __repr__(self) -> str:
         shown = []

@@ -104,3 +104,25 @@ async def test_failover_when_the_primary_machine_vanishes(with_standby: Cluster)
     print(f"\nvanished primary: {run}")
     assert run.processes_alive and run.lost_submits == 0 and run.lost_completes == 0
     assert run.ledger.lost == 0 and run.ledger.duplicates <= run.leased_at_failover
+
+
+@pytest.mark.skipif(
+    not os.environ.get("HOOKRELAY_CLUSTER_FULL"),
+    reason="a minute of failover and reconciliation; python -m bench cluster --only rpo runs it",
+)
+async def test_an_asynchronous_standby_loses_its_lag_and_the_partner_reconciles() -> None:
+    _require_namespaces()
+    async with cluster(apps=3, standby="async") as c:
+        run = await clusterruns.failover(c, before=100, after=100, lag_s=2.0)
+    print(f"\nasynchronous loss: {run}")
+    assert run.processes_alive and run.acked_in_lag > 0
+    # Asynchronous replication promises nothing for the lag: what was answered 2xx while
+    # the standby was cut off is gone with the primary, and the run counts it.
+    assert run.lost_submits + run.lost_completes > 0
+    rec = run.reconciled
+    assert rec is not None and rec.missing == run.lost_submits
+    # Every lost write shows in the listing against the partner's records...
+    assert rec.regressed <= run.lost_completes <= rec.regressed + rec.missing
+    # ...and once redone, every redone completion's webhook arrives and nothing is left.
+    assert rec.resubmitted == rec.missing and rec.delivered == rec.recompleted
+    assert run.ledger.lost == 0 and run.ledger.numbers_twice == 0

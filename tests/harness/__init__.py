@@ -5,6 +5,7 @@
 - :mod:`.waiting`  :func:`~tests.harness.waiting.eventually`, in place of fixed sleeps
 - :mod:`.expired`  finished tasks, events, keys and attempts past retention, to purge
 - :mod:`.releases` the previous release installed from this repository's history
+- :mod:`.tinyproxy` Debian's tinyproxy as a child process (the egress-proxy path)
 
 The benchmarks import it (and nothing else of ``tests``); the tests never import
 ``bench``. It imports hookrelay's installed packages at most, never the rest of
