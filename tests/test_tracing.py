@@ -31,6 +31,10 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 import hookrelay.outbox.sync
 from hookrelay.outbox import complete_task, report_progress, start_task, tracing
@@ -38,6 +42,7 @@ from hookrelay.outbox.dispatch.dispatcher import running
 from hookrelay.outbox.tasks.submit import NewTask, create_task
 from hookrelay.outbox.tenants import create_tenant
 from hookrelay.receiver import TraceContext, trace_context, verify
+from hookrelay.service.api.tracing import TracingMiddleware
 from hookrelay.service.server.app import create_app
 from hookrelay.service.server.prerequisites import Runtime
 from tests.receiver import Receiver, failing_until_healthy
@@ -294,6 +299,20 @@ async def test_a_failed_attempt_span_and_a_request_without_a_route(
     assert attempt.attributes is not None
     assert attempt.attributes["http.response.status_code"] == 500
     assert attempt.attributes["hookrelay.attempt.outcome"] in ("retry", "dead")
+
+
+async def test_a_5xx_answer_marks_the_request_span_failed(
+    spans: InMemorySpanExporter,
+) -> None:
+    async def broken(request: Request) -> Response:
+        return Response("no", status_code=503)
+
+    app = TracingMiddleware(Starlette(routes=[Route("/broken", broken)]))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+        assert (await c.get("/broken", headers={"traceparent": SUBMITTER})).status_code == 503
+    (span,) = _named(spans, "GET /broken")
+    assert span.status.status_code == StatusCode.ERROR and _hex(span)[0] == TRACE
 
 
 async def test_the_executors_library_calls_take_its_traceparent(
