@@ -1,7 +1,7 @@
 """Benchmark receiver: records arrival minus the event's commit timestamp, answers 204.
 
     python -m bench._receiver PORT OUT [--fail-rate F] [--hang-rate H] [--hang-s S] [--seed N]
-                                       [--commit-times]
+                                       [--commit-times] [--arrivals]
 
 A request to ``/hook?warm`` is answered and counted but not measured (warm-ups).
 With ``--fail-rate`` it answers 500 to that share of requests at random; with
@@ -10,7 +10,10 @@ On SIGTERM it writes ``{"count", "unique", "latencies_ms", "answered_2xx", "fail
 "hung", "processed_after_sender_gave_up"}`` to OUT, where ``answered_2xx`` maps each
 event id to the 2xx answers its sender was still there to read. With
 ``--commit-times`` it also writes ``committed_at``: each measured event's commit
-time (unix seconds), in the order of ``latencies_ms``.
+time (unix seconds), in the order of ``latencies_ms``. With ``--arrivals`` it writes
+``arrivals``: each measured webhook's arrival time (unix seconds) by the id of its task,
+for a load generator that knows when it sent each task's completion (bench receipt's
+open loop).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from datetime import datetime
 from aiohttp import web
 
 TIMESTAMP = re.compile(rb'"timestamp":"([^"]+)"')
+TASK_ID = re.compile(rb'"data":\{"id":"([^"]+)"')
 
 
 def main() -> None:
@@ -42,7 +46,9 @@ def main() -> None:
     # Several loopback addresses (127.0.0.1,127.0.0.2,...): as many destination hosts.
     p.add_argument("--hosts", default="127.0.0.1")
     p.add_argument("--commit-times", action="store_true")
+    p.add_argument("--arrivals", action="store_true")
     args = p.parse_args()
+    arrivals: dict[str, float] = {}
     rng = random.Random(args.seed)
     latencies: list[float] = []
     committed: list[float] = []
@@ -61,6 +67,8 @@ def main() -> None:
             latencies.append((now - sent.timestamp()) * 1000)
             if args.commit_times:
                 committed.append(sent.timestamp())
+            if args.arrivals and (task := TASK_ID.search(body)):
+                arrivals.setdefault(task.group(1).decode(), now)
         if args.hang_rate and rng.random() < args.hang_rate:
             faults["hung"] += 1
             await asyncio.sleep(args.hang_s)
@@ -84,6 +92,7 @@ def main() -> None:
                     "latencies_ms": latencies,
                     "answered_2xx": answered,
                     **({"committed_at": committed} if args.commit_times else {}),
+                    **({"arrivals": arrivals} if args.arrivals else {}),
                     **faults,
                 },
                 fh,

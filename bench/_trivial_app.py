@@ -1,4 +1,9 @@
-"""The API benchmark's baseline: one trivial Starlette route, served the way hookrelay serves.
+"""The API benchmarks' baseline: trivial Starlette routes, served the way hookrelay serves.
+
+``/hello`` reads the body and answers ``{"ok": true}``; ``/task`` parses a submit's
+JSON body and answers a task of the same shape as ``POST /v1/tasks`` does (202),
+with no database, no validation and no auth: what any Starlette app pays per
+request, the floor the API's CPU per request is compared with (bench quick).
 
 python -m bench._trivial_app PORT
 """
@@ -6,6 +11,7 @@ python -m bench._trivial_app PORT
 from __future__ import annotations
 
 import sys
+from datetime import UTC, datetime
 
 import uvicorn
 from starlette.applications import Starlette
@@ -22,7 +28,46 @@ async def hello(request: Request) -> JSONResponse:
     return JSONResponse({"ok": True})
 
 
-app = Starlette(routes=[Route("/hello", hello, methods=["GET", "POST"])])
+async def task(request: Request) -> JSONResponse:
+    body = await request.json()
+    now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    resource = {
+        "id": "task_" + "0" * 26,
+        "type": body.get("type"),
+        "status": "queued",
+        "input": body.get("input"),
+        "result": None,
+        "error": None,
+        "callbackUrl": body.get("callbackUrl"),
+        "metadata": body.get("metadata"),
+        "createdAt": now,
+        "updatedAt": now,
+        "completedAt": None,
+        "timeoutAt": None,
+        "heartbeatTimeoutSeconds": None,
+        "onTimeout": None,
+        "progress": None,
+        "version": 1,
+        "delivery": {
+            "eventId": None,
+            "status": "none",
+            "attempts": 0,
+            "lastAttemptAt": None,
+            "lastStatusCode": None,
+            "lastError": None,
+            "nextAttemptAt": None,
+            "deliveredAt": None,
+        },
+    }
+    return JSONResponse(resource, status_code=202)
+
+
+app = Starlette(
+    routes=[
+        Route("/hello", hello, methods=["GET", "POST"]),
+        Route("/task", task, methods=["POST"]),
+    ]
+)
 
 if __name__ == "__main__":
     # The same uvicorn settings and event loop as `hookrelay api`.

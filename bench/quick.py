@@ -4,6 +4,11 @@ At most a minute, default settings. Each figure is a ratio against a baseline me
 in the same run, so a busy machine moves both:
 
 - submit and complete through one ``hookrelay api`` ÷ a bare INSERT (bench writepath);
+- the API's CPU per submit and per complete against a trivial uvicorn + Starlette route
+  that parses the same body and answers the same task shape (bench/_trivial_app.py),
+  as the trivial route's CPU per request ÷ the API's (higher is better; the issue's
+  "API CPU ≤ 2.5 × the trivial route" is a ratio ≥ 0.4 here, and the × figures are
+  printed under the table);
 - a bare POST's p50 ÷ complete→receipt p50 at 200/s through ``hookrelay serve``
   (bench receipt: higher is better, 1.0 would be no cost at all);
 - one dispatcher's drain of one host ÷ a bare aiohttp client, and the bare client's
@@ -40,19 +45,30 @@ DRAIN_EVENTS = 6000
 NAMES = {
     "submit": "submit ÷ bare INSERT",
     "complete": "complete ÷ bare INSERT",
+    "submit_cpu": "trivial route CPU ÷ API CPU per submit",
+    "complete_cpu": "trivial route CPU ÷ API CPU per complete",
     "receipt": "bare POST p50 ÷ complete→receipt p50 at 200/s (`serve`)",
     "drain": "one-host drain ÷ bare client",
     "drain_cpu": "bare client CPU per POST ÷ dispatcher CPU per delivery",
 }
 
 
-async def write_path(seconds: float) -> dict[str, float]:
-    f = await measure(seconds=seconds, clients=20, tenant_count=1, full=False)
+async def write_path(seconds: float) -> tuple[dict[str, float], str]:
+    f = await measure(seconds=seconds, clients=20, tenant_count=1, full=False, trivial=True)
     ceiling = f["bare"].per_s
-    return {
+    floor = f["trivial"].cpu_us
+    sub, com = f["submit_one"].cpu_us, f["complete_one"].cpu_us
+    note = (
+        f"API CPU per submit {sub:,.0f} µs = {sub / floor:.1f} × the trivial route "
+        f"({floor:,.0f} µs); per complete {com:,.0f} µs = {com / floor:.1f} ×"
+    )
+    ratios = {
         "submit": f["submit_one"].per_s / ceiling,
         "complete": f["complete_one"].per_s / ceiling,
+        "submit_cpu": floor / sub,
+        "complete_cpu": floor / com,
     }
+    return ratios, note
 
 
 async def receipt(seconds: float) -> dict[str, float]:
@@ -102,7 +118,7 @@ async def main() -> None:
     p.add_argument("--seconds", type=float, default=3)
     args = p.parse_args()
     before = recorded()
-    ratios = await write_path(args.seconds)
+    ratios, note = await write_path(args.seconds)
     ratios |= await receipt(args.seconds)
     ratios |= await drain()
     lines = ["| figure | ratio | recorded | change |", "|---|---|---|---|"]
@@ -114,7 +130,7 @@ async def main() -> None:
             fell.append(name)
             change += " **fell**"
         lines.append(f"| {name} | {ratios[key]:.3f} | {'' if ref is None else ref} | {change} |")
-    table = "\n".join(lines) + "\n"
+    table = "\n".join(lines) + "\n\n" + note + "\n"
     print(table)
     if common.RECORDING:
         record(SECTION, "python -m bench quick", table.replace(" **fell**", ""))

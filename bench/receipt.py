@@ -9,9 +9,20 @@ with its send time in the body: the floor for a request to cross the machine.
 Every process shares the same two cores; all run at default settings.
 
     python -m bench receipt [--rates 200,1000] [--seconds 10] [--modes serve,split]
+                            [--generators commit,open]
 
 ``serve`` is the one command users start; ``split`` is ``hookrelay api`` and
 ``hookrelay dispatch`` as two processes.
+
+Two generators, each a run of its own, both open loops (each request sent at its time):
+
+- ``commit``: up to 500 connections; the latency runs from the completion's commit
+  (the timestamp in the webhook's body) to its receipt, so time spent before the
+  commit (a request waiting for a connection, or in the API's queue) is not seen;
+- ``open``: one aiohttp session with 100 connections, as a user's client pool would
+  have; the latency runs from just before the complete request is sent to the
+  webhook's receipt, so waiting for a connection and for the API counts. What a
+  user sees.
 """
 
 from __future__ import annotations
@@ -30,9 +41,17 @@ from typing import Any
 
 import asyncpg
 
-from bench.common import ReceiverProcess, fresh_database, percentile, record, server_dsn
+from bench.common import (
+    DESTINATION_KEY,
+    ReceiverProcess,
+    fresh_database,
+    percentile,
+    record,
+    server_dsn,
+)
 from bench.sched import cpu_s
 from hookrelay.outbox import ids
+from hookrelay.outbox.destinations import host_key
 from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.store import changes
 from hookrelay.outbox.tenants import create_tenant
@@ -105,6 +124,8 @@ async def seed(dsn: str, tenant_id: str, url: str, n: int) -> list[str]:
             records=[(t, tenant_id, "bench", url) for t in task_ids],
             columns=["id", "tenant_id", "type", "callback_url"],
         )
+        # Its destination key, as a submit keeps it: each completion is one statement.
+        await conn.execute(DESTINATION_KEY, url, host_key(url))
         await changes.number_pending(conn)  # set-up, not the measured API's work
     finally:
         await conn.close()
@@ -126,10 +147,18 @@ async def delivered(dsn: str, n: int, timeout: float) -> None:
         await conn.close()
 
 
+OPEN_LOOP_CONNECTIONS = 100
+GENERATORS = {
+    "commit": "commit→receipt, ≤ 500 connections",
+    "open": f"send→receipt, {OPEN_LOOP_CONNECTIONS} connections",
+}
+
+
 async def through_hookrelay(
-    mode: str, rate: float, seconds: float, *, workers: int | None = None
+    mode: str, rate: float, seconds: float, *, workers: int | None = None, open_loop: bool = False
 ) -> Latency:
-    """``workers``: HOOKRELAY_WORKERS of ``serve`` or ``api`` (None: their default)."""
+    """``workers``: HOOKRELAY_WORKERS of ``serve`` or ``api`` (None: their default).
+    ``open_loop``: the ``open`` generator (send→receipt), else ``commit`` (commit→receipt)."""
     dsn = await fresh_database(server_dsn())
     key = master_key()
     conn = await asyncpg.connect(dsn)
@@ -137,7 +166,7 @@ async def through_hookrelay(
         tenant = await create_tenant(conn, "bench", SecretBox(base64.urlsafe_b64decode(key)))
     finally:
         await conn.close()
-    rx = ReceiverProcess()
+    rx = ReceiverProcess(*(["--arrivals"] if open_loop else []))
     n = int(rate * seconds)
     warm = await seed(dsn, tenant.id, rx.url + "?warm=1", WARM)
     task_ids = await seed(dsn, tenant.id, rx.url, n)
@@ -163,7 +192,11 @@ async def through_hookrelay(
         rategen(url, 100, WARM / 100, "--paths", str(warm_paths), *common)
         await delivered(dsn, WARM, 60)
         cpu0 = sum(cpu_s(p.pid) for p in procs)
-        got = rategen(url, rate, seconds, "--paths", str(paths), *common)
+        sends = work / "sent.json"
+        how = ["--connections", str(OPEN_LOOP_CONNECTIONS), "--send-times", str(sends)]
+        got = rategen(
+            url, rate, seconds, "--paths", str(paths), *common, *(how if open_loop else [])
+        )
         answered = got["statuses"].get("200", 0)
         if answered != n or got["errors"]:
             print(f"completions: {got['statuses']}, {got['errors']} errors", file=sys.stderr)
@@ -175,6 +208,14 @@ async def through_hookrelay(
         for proc in procs:
             proc.wait(60)
         stats = rx.stop()
+    if open_loop:
+        sent_at: dict[str, float] = json.loads(sends.read_text())
+        arrived: dict[str, float] = stats["arrivals"]
+        stats["latencies_ms"] = [
+            (arrived[path.split("/")[1]] - at) * 1000
+            for path, at in sent_at.items()
+            if path.split("/")[1] in arrived
+        ]
     return of(stats, got["offered_per_s"], cpu * 1e6, answered)
 
 
@@ -183,32 +224,38 @@ async def main() -> None:
     p.add_argument("--rates", default="200,1000")
     p.add_argument("--seconds", type=float, default=10)
     p.add_argument("--modes", default="serve,split")
+    p.add_argument("--generators", default="commit,open")
     args = p.parse_args()
+    generators = args.generators.split(",")
     rates = [float(r) for r in args.rates.split(",")]
     modes = args.modes.split(",")
     lines = [
-        "| rate offered | what | delivered | p50 / p99 / max ms | CPU per completion, µs |",
-        "|---|---|---|---|---|",
+        "| rate offered | what | generator | delivered | p50 / p99 / max ms "
+        "| CPU per completion, µs |",
+        "|---|---|---|---|---|---|",
     ]
     for rate in rates:
         base = bare(rate, args.seconds)
         lines.append(
-            f"| {rate:,.0f}/s ({base.offered:,.0f}) | bare POST to the receiver | "
+            f"| {rate:,.0f}/s ({base.offered:,.0f}) | bare POST to the receiver | send→receipt | "
             f"{base.delivered:,} | {base.row()} | |"
         )
         for mode in modes:
-            got = await through_hookrelay(mode, rate, args.seconds)
-            what = "`serve`" if mode == "serve" else "`api` + `dispatch`"
-            lines.append(
-                f"| {rate:,.0f}/s ({got.offered:,.0f}) | {what} | {got.delivered:,} of "
-                f"{got.sent:,} | {got.row()} | {got.cpu_us:,.0f} |"
-            )
-            print(lines[-1], flush=True)
+            for generator in generators:
+                got = await through_hookrelay(
+                    mode, rate, args.seconds, open_loop=generator == "open"
+                )
+                what = "`serve`" if mode == "serve" else "`api` + `dispatch`"
+                lines.append(
+                    f"| {rate:,.0f}/s ({got.offered:,.0f}) | {what} | {GENERATORS[generator]} | "
+                    f"{got.delivered:,} of {got.sent:,} | {got.row()} | {got.cpu_us:,.0f} |"
+                )
+                print(lines[-1], flush=True)
     table = "\n".join(lines) + "\n"
     print(table)
     record(
         "receipt: complete→receipt through the API",
         f"python -m bench receipt --rates {args.rates} --seconds {args.seconds:g} "
-        f"--modes {args.modes}",
+        f"--modes {args.modes} --generators {args.generators}",
         table,
     )

@@ -29,9 +29,10 @@ from typing import Any
 import asyncpg
 
 from bench.api import load
-from bench.common import fresh_database, record, server_dsn
+from bench.common import DESTINATION_KEY, fresh_database, record, server_dsn
 from bench.sched import cpu_s
 from hookrelay.outbox import ids
+from hookrelay.outbox.destinations import host_key
 from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.store import changes
 from hookrelay.outbox.tenants import create_tenant
@@ -110,6 +111,8 @@ async def seed_tasks(dsn: str, tenants: list[str], n: int) -> list[str]:
             records=[(t, tenants[i % len(tenants)], "bench", HOOK) for i, t in enumerate(task_ids)],
             columns=["id", "tenant_id", "type", "callback_url"],
         )
+        # Its destination key, as a submit keeps it: each completion is one statement.
+        await conn.execute(DESTINATION_KEY, HOOK, host_key(HOOK))
         # Their creations are changes for the status streams: numbered now, in the
         # set-up, not by the API process while it is being measured.
         await changes.number_pending(conn)
@@ -119,14 +122,15 @@ async def seed_tasks(dsn: str, tenants: list[str], n: int) -> list[str]:
 
 
 async def trivial_route(seconds: float, clients: int) -> Figure:
-    """One uvicorn process's own limit: a trivial route, same settings, same clients."""
+    """One uvicorn process's own limit: a trivial route that parses the submit's body and
+    answers a task of the same shape (bench/_trivial_app.py), same settings, same clients."""
     port = free_port()
     trivial = subprocess.Popen([sys.executable, "-m", "bench._trivial_app", str(port)], cwd=ROOT)
     try:
         wait_for_port(port, trivial)
         cpu0 = cpu_s(trivial.pid)
         row = load(
-            f"http://127.0.0.1:{port}/hello",
+            f"http://127.0.0.1:{port}/task",
             method="POST",
             body=json.dumps(SUBMIT),
             headers={"Content-Type": "application/json"},
@@ -153,11 +157,13 @@ async def measure(
     tenant_count: int,
     full: bool = True,
     workers: int | None = None,
+    trivial: bool = False,
 ) -> dict[str, Figure]:
     """Every figure of the write path, from one fresh database and one ``hookrelay api``.
 
     ``full`` False (the regression guard): the ceiling and the one-tenant submit and
-    complete only. ``workers``: the API's HOOKRELAY_WORKERS (None: its default).
+    complete only, and the trivial route if ``trivial``. ``workers``: the API's
+    HOOKRELAY_WORKERS (None: its default).
     """
     dsn = await fresh_database(server_dsn())
     key = master_key()
@@ -187,7 +193,7 @@ async def measure(
         task_ids = await seed_tasks(dsn, tenants[:1] if label == "one" else tenants, per_run)
         paths[label] = work / f"complete-{label}.txt"
         paths[label].write_text("".join(f"/{t}/complete\n" for t in task_ids))
-    if full:
+    if full or trivial:
         figures["trivial"] = await trivial_route(seconds, clients)
     port = free_port()
     env = service_env(dsn, key, host="127.0.0.1", port=port)

@@ -90,6 +90,12 @@ class TaskData(msgspec.Struct, rename="camel"):
     on_timeout: OnTimeout | None
     progress: Progress | None
     version: Annotated[int, Meta(description="+1 per transition and progress report")]
+    callback_headers: Annotated[
+        list[str],
+        Meta(
+            description="the names of the callback headers each attempt sends (values never shown)"
+        ),
+    ]
 
 
 class DeliverySummary(msgspec.Struct, rename="camel"):
@@ -153,10 +159,15 @@ class Task:
     heartbeat_at: datetime | None = None
     heartbeat_due_at: datetime | None = None
     on_timeout: Any = None  # {result?, error?} written onto the task if it times out
+    # The names of its callback headers (their values are sealed, never loaded here).
+    callback_header_names: list[str] | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Task:
-        return cls(**{name: row[name] for name in cls.__slots__})
+        values = {name: row[name] for name in cls.__slots__ if name != "callback_header_names"}
+        # Read from callback_headers (0019) by the statements that show a task; the
+        # sweeper's and ops' own reads of a task leave it out.
+        return cls(**values, callback_header_names=row.get("callback_header_names"))
 
     @property
     def terminal(self) -> bool:
@@ -207,6 +218,7 @@ class Task:
             "on_timeout": self.on_timeout,
             "progress": self.progress,
             "version": self.version,
+            "callback_headers": list(self.callback_header_names or ()),
         }
 
     def to_resource(self) -> dict[str, Any]:

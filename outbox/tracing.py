@@ -14,9 +14,9 @@ its provider. Until then nothing here imports ``opentelemetry``, and each traced
 costs one test of a module global.
 
 The spans: the API's requests (``service.api.tracing``), the executor's calls as
-``hookrelay.task.<change>`` (the transaction that writes the state change and its
-outbox row), and each delivery attempt as ``hookrelay.attempt``, a child of the task's
-trace context.
+``hookrelay.task.<change>`` (the statement, or the caller's transaction, that writes
+the state change and its outbox row), and each delivery attempt as
+``hookrelay.attempt``, a child of the task's trace context.
 """
 
 from __future__ import annotations
@@ -251,9 +251,9 @@ def change(
     **attributes: str,
 ) -> Iterator[None]:
     """The span ``hookrelay.task.<what>`` around an executor's state change (the
-    transaction that writes it, and its outbox row for a terminal one): a child of the
-    executor's ``traceparent`` when it is valid (a malformed one is ignored), else of
-    the current span. Nothing when tracing is off."""
+    statement or transaction that writes it, and its outbox row for a terminal one): a
+    child of the executor's ``traceparent`` when it is valid (a malformed one is
+    ignored), else of the current span. Nothing when tracing is off."""
     if _tracer is None:
         yield
         return

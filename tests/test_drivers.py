@@ -142,7 +142,12 @@ async def test_json_of_every_shape_is_written_and_read_alike(
     assert (row["result"], row["error"]) == (result, error)
     assert stored is not None and stored == done
     raw = await pool.fetchval("SELECT body FROM events WHERE task_id = $1", task_id)
-    assert raw == event_body(stored)
+    # The database builds the body (queries.sql: finish_task), whatever the driver, and
+    # event_body writes the same bytes, but a jsonb number keeps PostgreSQL's spelling
+    # (0.0000001 where Python writes 1e-07): the same JSON.
+    assert json.loads(raw) == json.loads(event_body(stored))
+    if "1e-07" not in event_body(stored):
+        assert raw == event_body(stored)
 
 
 async def test_every_jsonb_column_of_a_task_is_read_as_text(pool) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hookrelay.outbox.destinations import host_key
+from hookrelay.outbox.destinations import _netloc_key, host_key
 from hookrelay.outbox.errors import InvalidCallbackUrl
 from hookrelay.outbox.tasks.transitions import destination_host
 
@@ -97,3 +97,15 @@ def test_unusable_urls_are_refused(url: str) -> None:
 
 def test_outbox_rows_are_keyed_by_it() -> None:
     assert destination_host("http://[::ffff:127.0.0.1]:9/x") == "http://127.0.0.1:9"
+
+
+def test_keys_are_remembered_by_host_and_refusals_are_not() -> None:
+    """Every submit computes its key: a host seen before costs a lookup, and the answer
+    is the same whatever the path, query or credentials of the URL."""
+    _netloc_key.cache_clear()
+    assert host_key("https://Hooks.Example.com/a?x=1") == "https://hooks.example.com:443"
+    assert host_key("https://user:pw@Hooks.Example.com/b") == "https://hooks.example.com:443"
+    assert _netloc_key.cache_info().hits == 1
+    for _ in range(2):
+        with pytest.raises(InvalidCallbackUrl):
+            host_key("https://example.com:99999/")

@@ -186,13 +186,28 @@ def only_valid_data(doc: dict[str, Any], receiver: str) -> None:
     request valid by it must be accepted (schemathesis' positive_data_acceptance)."""
     # A callback URL must be reachable under the SSRF rules: a check of its host's
     # addresses when submitted (test_ssrf, test_callback_url), not a shape.
+    # So must a notification URL, checked the same way.
     for body in ("SubmitBody", "PingBody"):
         doc["components"]["schemas"][body]["properties"]["callbackUrl"] = {"enum": [receiver]}
+    # Callback headers: names distinct ignoring case and 4 KiB in all are the server's
+    # checks (test_callback_headers has one refusal per rule), not shapes.
+    headers = {
+        "type": "object",
+        "maxProperties": 1,
+        "propertyNames": {"enum": ["x-api-key"]},
+        "additionalProperties": {"type": "string", "pattern": "^[a-z0-9]{1,64}$"},
+    }
+    doc["components"]["schemas"]["SubmitBody"]["properties"]["callbackHeaders"] = headers
+    doc["components"]["schemas"]["NotificationsBody"]["properties"]["url"] = {"enum": [receiver]}
     for path, ops in doc["paths"].items():
         for op in ops.values():
             body = op.get("requestBody", {}).get("content", {}).get("application/json", {})
             if "schema" in body and "callbackUrl" in body["schema"].get("properties", {}):
                 body["schema"]["properties"]["callbackUrl"] = {"enum": [receiver]}
+            if "schema" in body and "callbackHeaders" in body["schema"].get("properties", {}):
+                body["schema"]["properties"]["callbackHeaders"] = headers
+            if path == "/v1/notifications" and "schema" in body:
+                body["schema"]["properties"]["url"] = {"enum": [receiver]}
             # A cursor is opaque: only a nextCursor the server gave is one (test_guard has
             # the refusals of others). A reused Idempotency-Key with another body is a 422
             # by contract (test_routes_tasks), whatever the body.

@@ -375,3 +375,18 @@ async def test_listing_never_skips_a_late_commit(client, tenant, pool) -> None:
         "data"
     ]
     assert [t["id"] for t in seen] == [a, b]
+
+
+async def test_complete_a_task_an_older_release_submitted(client, tenant, pool) -> None:
+    """Submitted without its destination key (a release before 0018): completed through
+    the older path, in a transaction, with the same answer and one outbox row."""
+    tid = (await submit(client, tenant["apiKey"])).json()["id"]
+    await pool.execute("DELETE FROM destination_keys")
+    r = await client.post(f"/v1/tasks/{tid}/cancel", headers=bearer(tenant["apiKey"]))
+    assert r.status_code == 200 and r.json()["status"] == "cancelled", r.text
+    row = await pool.fetchrow("SELECT event_id, host FROM outbox WHERE task_id = $1", tid)
+    assert (
+        row["event_id"] == r.json()["delivery"]["eventId"] and row["host"] == "http://127.0.0.1:9"
+    )
+    r = await client.post(f"/v1/tasks/{tid}/complete", json={"status": "failed"}, headers=ADMIN)
+    assert r.status_code == 409 and r.json()["task"]["status"] == "cancelled", r.text

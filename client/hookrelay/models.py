@@ -90,6 +90,8 @@ class Task:
     timeout_at: datetime | None = None
     progress: Progress | None = None
     delivery: Delivery | None = None
+    # The names of its callback headers (the server never shows their values).
+    callback_headers: tuple[str, ...] = ()
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Task:
@@ -110,6 +112,7 @@ class Task:
             timeout_at=parse_time(data.get("timeoutAt")),
             progress=Progress.from_json(progress) if progress else None,
             delivery=Delivery.from_json(delivery) if delivery else None,
+            callback_headers=tuple(data.get("callbackHeaders") or ()),
         )
 
     @property
@@ -166,4 +169,67 @@ class TestEvent:
             event_id=str(data["eventId"]),
             status=data["status"],
             attempts=tuple(Attempt.from_json(a) for a in data.get("attempts") or ()),
+        )
+
+
+NotificationType = Literal["delivery.dead", "destination.unhealthy", "destination.recovered"]
+NOTIFICATION_TYPES: tuple[NotificationType, ...] = get_args(NotificationType)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A webhook of the tenant's that exhausted its attempts (``/v1/dead-letters``).
+
+    ``attempt_history`` is filled by :meth:`hookrelay.client.Client.dead_letter` only
+    (the listing leaves it empty)."""
+
+    event_id: str
+    tenant_id: str
+    task_id: str | None  # None: a test event or a notification
+    event_type: str
+    callback_url: str
+    created_at: datetime
+    failed_at: datetime
+    attempts: int
+    last_error: str | None
+    last_status_code: int | None
+    replay_count: int
+    replayed_at: datetime | None = None
+    replayed_by: str | None = None
+    attempt_history: tuple[Attempt, ...] = ()
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> DeadLetter:
+        return cls(
+            event_id=str(data["eventId"]),
+            tenant_id=str(data["tenantId"]),
+            task_id=data.get("taskId"),
+            event_type=str(data["eventType"]),
+            callback_url=str(data["callbackUrl"]),
+            created_at=_time(data["createdAt"]),
+            failed_at=_time(data["failedAt"]),
+            attempts=int(data["attempts"]),
+            last_error=data.get("lastError"),
+            last_status_code=data.get("lastStatusCode"),
+            replay_count=int(data["replayCount"]),
+            replayed_at=parse_time(data.get("replayedAt")),
+            replayed_by=data.get("replayedBy"),
+            attempt_history=tuple(Attempt.from_json(a) for a in data.get("attemptHistory") or ()),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Notifications:
+    """Where the tenant is told about its own delivery trouble (``/v1/notifications``)."""
+
+    url: str
+    events: tuple[NotificationType, ...]
+    updated_at: datetime
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Notifications:
+        return cls(
+            url=str(data["url"]),
+            events=tuple(cast(NotificationType, e) for e in data["events"]),
+            updated_at=_time(data["updatedAt"]),
         )

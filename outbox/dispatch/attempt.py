@@ -149,6 +149,8 @@ async def attempt(
         headers["traceparent"] = tracing.attempt_traceparent(traceparent, otel)
         if tracestate:
             headers["tracestate"] = tracestate
+        if event.callback_headers:  # the task's own; none may shadow the signed ones
+            headers = {**event.callback_headers, **headers}
         deadline = Deadline(
             loop or asyncio.get_running_loop(),
             task or _current_task(),

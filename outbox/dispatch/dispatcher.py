@@ -16,7 +16,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 import asyncpg
@@ -25,6 +25,7 @@ from hookrelay.outbox import ids
 from hookrelay.outbox.dispatch.attempt import AttemptLimits, AttemptResult, attempt
 from hookrelay.outbox.dispatch.circuit import BreakerPolicy, take_probes
 from hookrelay.outbox.dispatch.claim_ahead import AheadQueues, Waiting
+from hookrelay.outbox.dispatch.host_rate import HostRate
 from hookrelay.outbox.dispatch.outcomes import Recorder
 from hookrelay.outbox.dispatch.retry import RetryPolicy
 from hookrelay.outbox.dispatch.scheduler import (
@@ -41,8 +42,9 @@ from hookrelay.outbox.dispatch.scheduler import (
 from hookrelay.outbox.egress.http import Sender
 from hookrelay.outbox.egress.local_faults import DEFER_S, FaultReporter
 from hookrelay.outbox.egress.ssrf import AddressPolicy
-from hookrelay.outbox.errors import LocalFault
+from hookrelay.outbox.errors import ConfigurationError, LocalFault
 from hookrelay.outbox.keys.at_rest import SecretBox
+from hookrelay.outbox.keys.callback_headers import unseal
 from hookrelay.outbox.keys.keyring import Keyring
 from hookrelay.outbox.keys.master_key import key_matches
 from hookrelay.outbox.keys.signing import Signer
@@ -73,6 +75,10 @@ TENANT_GONE = "its tenant was deleted"
 # Only a database where an older release purged a task under its redelivery
 # holds such a row; it used to fail its attempt every second for ever.
 NO_BODY = "its stored event is gone (purged while it waited); nothing to send"
+# Why an event is dead-lettered whose task's callback headers do not decrypt while
+# this process's key is the database's: sent without them it would be refused, and
+# retrying cannot repair them.
+UNDECRYPTABLE_HEADERS = "cannot decrypt the task's callback headers (corrupted data)"
 # After a failed claim: short, since the database usually comes back in moments
 # and a long poll interval must not become the outage's recovery time.
 CLAIM_RETRY_S = 0.5
@@ -107,6 +113,9 @@ class DispatcherConfig:
     # costs the rows it held one each; an outcome that can never be stored costs
     # every lease, and would otherwise be re-sent for ever with no attempt spent.
     max_lost_leases: int = 5
+    # Most requests a second to one host, across every dispatcher of the database
+    # (HOOKRELAY_PER_HOST_RATE, dispatch.host_rate); None: no such limit.
+    per_host_rate: float | None = None
     owner: str = field(default_factory=ids.lease_owner)
 
     @property
@@ -170,6 +179,11 @@ class Dispatcher:
         # rule (dispatch.scheduler); hosts silent for longer than ANSWERED_S drop out.
         self._answered: dict[str, float] = {}
         self._refill = False  # a lane's rows ahead ran low
+        # The cluster-wide rate per host, if set. A host its bucket held back is left
+        # out of the claims until then (time.monotonic()), so it neither asks an empty
+        # bucket in a loop nor holds up the claims for other hosts.
+        self._rate = HostRate(config.per_host_rate) if config.per_host_rate else None
+        self._rate_held: dict[str, float] = {}
 
     # ------------------------------------------------------------ lifecycle
 
@@ -213,8 +227,11 @@ class Dispatcher:
                         self._freed = self._low_water  # the batch size cut it short: go on
                         continue
                 self._wake.clear()
+                wait = self.config.poll_interval_s
+                if self._rate_held:  # a host's bucket is refilling: look again once it has
+                    wait = min(wait, max(0.0, min(self._rate_held.values()) - time.monotonic()))
                 try:
-                    await asyncio.wait_for(self._wake.wait(), self.config.poll_interval_s)
+                    await asyncio.wait_for(self._wake.wait(), wait)
                 except TimeoutError:
                     self._looked = True  # the poll: rows due by the clock, missed NOTIFYs
         finally:
@@ -285,6 +302,8 @@ class Dispatcher:
                 lanes = await delivery.due_lanes(conn, upto=upto)
                 if behind_open := held_hosts(lanes):
                     await delivery.hold_lanes(conn, hosts=behind_open, hold_s=HOLD_S)
+            if self._rate_held:
+                lanes = self._without_rate_held(lanes)
             caps = self.config.caps
             before = Counter(self._flight.lanes)
             grants = allocate(
@@ -305,17 +324,30 @@ class Dispatcher:
             )
             self._delivered_on = set()
             asked = Counter(grants) + Counter(extra)
+            limited = False
+            if self._rate is not None and asked:
+                # Only what the hosts' buckets grant is claimed; the rest stays due,
+                # held, costing no attempt. Nothing is leased ahead: a row waiting
+                # ahead would be sent later than its token was taken.
+                asked, short = await self._rate.take(conn, Counter(grants))
+                if short:
+                    limited = True
+                    self.counters["rate_limited"] += len(short)
+                    until = time.monotonic() + self._rate.wait_s
+                    self._rate_held.update(dict.fromkeys(short, until))
             claimed = await delivery.claim_lanes(
                 conn,
-                lanes=[(h, t, n) for (h, t), n in asked.items()],
+                lanes=[(h, t, n) for (h, t), n in asked.items() if n > 0],
                 lease_s=lease_s,
                 owner=owner,
                 token=token,
             )
+            if self._rate is not None and asked:
+                await self._rate.give_back(conn, asked, claimed)
             self._lanes = still_due(lanes, asked, claimed, upto=upto)
             probes = len(rows)
             rows += claimed
-            full = sum(grants.values()) >= self.config.batch_size
+            full = not limited and sum(grants.values()) >= self.config.batch_size
             if any(self._unsendable(e) for e in rows):
                 probes, rows = await self._abandon(conn, rows, probes)
             if not rows:
@@ -329,6 +361,8 @@ class Dispatcher:
             own_key_ok = len(signers) + len(keyless) == len(tenants) or await key_matches(
                 conn, self._box
             )
+            rows, sealed_bad = self._open_headers(rows)
+            headers_key_ok = not sealed_bad or await key_matches(conn, self._box)
         self.counters["claimed"] += len(rows)
         held: list[ClaimedEvent] = []
         now = time.monotonic()
@@ -346,8 +380,18 @@ class Dispatcher:
                 )
                 self.counters["no_signing_key"] += 1
                 continue
-            if signer is None and not own_key_ok:
+            if (signer is None and not own_key_ok) or (
+                event.id in sealed_bad and not headers_key_ok
+            ):
                 held.append(event)
+                continue
+            if event.id in sealed_bad:
+                self.recorder.add(
+                    AttemptResult(
+                        event, "dead", datetime.now(UTC), 0.0, error=UNDECRYPTABLE_HEADERS
+                    )
+                )
+                self.counters["undecryptable_headers"] += 1
                 continue
             if signer is None:
                 self.recorder.add(
@@ -374,6 +418,34 @@ class Dispatcher:
             await self._release(held)
             return False  # held rows wait a poll interval, not claimed again at once
         return full
+
+    def _without_rate_held(self, lanes: list[DueLane]) -> list[DueLane]:
+        """``lanes`` less those of hosts the rate holds back now; a hold that ended is
+        forgotten, and the next round looks at the due lanes afresh for its rows."""
+        now = time.monotonic()
+        for host, until in list(self._rate_held.items()):
+            if until <= now:
+                del self._rate_held[host]
+                self._looked = True
+        return [lane for lane in lanes if lane.host not in self._rate_held]
+
+    def _open_headers(self, rows: list[ClaimedEvent]) -> tuple[list[ClaimedEvent], set[int]]:
+        """``rows`` with their tasks' callback headers opened, and the ids of those whose
+        headers did not decrypt."""
+        bad: set[int] = set()
+        if not any(e.headers_enc for e in rows):
+            return rows, bad
+        opened = []
+        for event in rows:
+            if event.headers_enc and event.task_id is not None:
+                try:
+                    headers = unseal(self._box, event.task_id, event.headers_enc)
+                except (ConfigurationError, ValueError):
+                    bad.add(event.id)
+                else:
+                    event = replace(event, callback_headers=headers)
+            opened.append(event)
+        return opened, bad
 
     def _unsendable(self, event: ClaimedEvent) -> str | None:
         """Why ``event`` is not to be sent, if it is not."""

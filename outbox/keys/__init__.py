@@ -7,6 +7,7 @@ signatures every webhook carries.
 - :mod:`.keyring`       the dispatcher's decrypted keys, cached per (tenant, version)
 - :mod:`.signing`       Standard Webhooks ``v1`` (HMAC-SHA256) signing
 - :mod:`.ed25519`       ``v1a`` (Ed25519) signing keys and signatures
+- :mod:`.callback_headers` a task's callback headers: their rules, sealed under the master key
 
 Verifying a webhook is the receiver's side: :mod:`hookrelay.receiver`.
 
@@ -25,10 +26,18 @@ from hookrelay.outbox.keys.at_rest import (
     load_or_create_master_key,
     parse_master_key,
 )
+from hookrelay.outbox.keys.callback_headers import MAX_BYTES as MAX_CALLBACK_HEADER_BYTES
+from hookrelay.outbox.keys.callback_headers import RESERVED as RESERVED_HEADERS
+from hookrelay.outbox.keys.callback_headers import RESERVED_PREFIXES as RESERVED_HEADER_PREFIXES
+from hookrelay.outbox.keys.callback_headers import problem as callback_headers_problem
 from hookrelay.outbox.keys.master_key import MasterKeyMismatch, rotate_master_key, verify_or_record
 from hookrelay.outbox.keys.signing_keys import SigningKeyRow, list_signing_keys, rotate_secret
 
 __all__ = [
+    "MAX_CALLBACK_HEADER_BYTES",
+    "RESERVED_HEADERS",
+    "RESERVED_HEADER_PREFIXES",
+    "callback_headers_problem",
     "HOW_TO_GENERATE",
     "KEY_FILE",
     "MasterKeyMismatch",

@@ -14,6 +14,7 @@ import asyncpg
 
 from hookrelay.outbox.errors import ConfigurationError
 from hookrelay.outbox.keys.at_rest import SecretBox
+from hookrelay.outbox.keys.callback_headers import reseal
 from hookrelay.outbox.store import masterkey as store
 
 # The sealed known value, and its associated data so no signing-secret blob
@@ -114,5 +115,17 @@ async def rotate_master_key(conn: asyncpg.Connection, old: SecretBox, new: Secre
             ids.append(secret.id)
             blobs.append(new.encrypt(plain, aad=aad))
         await store.reencrypt_secrets(conn, ids=ids, blobs=blobs)
+        # Tasks' callback headers are sealed under the same key (keys.callback_headers).
+        task_ids, sealed = [], []
+        for task_id, blob in await store.callback_headers_for_update(conn):
+            try:
+                sealed.append(reseal(old, new, task_id, blob))
+            except ConfigurationError:
+                raise ConfigurationError(
+                    f"the callback headers of task {task_id} do not decrypt with the "
+                    "current key; nothing was changed (repair or delete that row first)"
+                ) from None
+            task_ids.append(task_id)
+        await store.reencrypt_callback_headers(conn, task_ids=task_ids, blobs=sealed)
         await store.record_key_check(conn, key_id=new.key_id, check_enc=seal_check(new))
     return len(ids)

@@ -6,6 +6,7 @@ and purging what is past retention.
 - :mod:`.audit`         replays and circuit closes recorded with who, how many and why
 - :mod:`.requeue`       the one way an event goes back (replay and redelivery alike)
 - :mod:`.retention`     purges in small batches within a time budget
+- :mod:`.notifications` where a tenant is told about its own delivery trouble
 
 May import (pyproject.toml's layers) the store, destinations and the shared errors, ids,
 metrics and models; never keys or egress, its neighbours, nor tasks, which builds on
@@ -22,6 +23,7 @@ from hookrelay.outbox.ops.audit import (
     preview_replay,
     replay_audited,
     replay_selected,
+    tenant_actor,
 )
 from hookrelay.outbox.ops.dead_letters import (
     DeadLetter,
@@ -29,9 +31,25 @@ from hookrelay.outbox.ops.dead_letters import (
     get_dead_letter,
     list_dead_letters,
 )
+from hookrelay.outbox.ops.notifications import (
+    NOTIFICATION_TYPES,
+    NotificationSettings,
+    SentNotification,
+    delete_notifications,
+    get_notifications,
+    recent_notifications,
+    set_notifications,
+)
 
 __all__ = [
+    "NOTIFICATION_TYPES",
     "NO_REASON",
+    "NotificationSettings",
+    "SentNotification",
+    "delete_notifications",
+    "get_notifications",
+    "recent_notifications",
+    "set_notifications",
     "DeadLetter",
     "DeadLetterFilter",
     "MinuteCount",
@@ -42,4 +60,5 @@ __all__ = [
     "preview_replay",
     "replay_audited",
     "replay_selected",
+    "tenant_actor",
 ]

@@ -18,6 +18,12 @@ from hookrelay.outbox.store.deadletters import DeadLetterFilter
 
 NO_REASON = "(no reason given)"
 
+
+def tenant_actor(tenant_id: str) -> str:
+    """How a partner's own replay is named in the audit trail and on the letter."""
+    return f"tenant:{tenant_id}"
+
+
 __all__ = [
     "NO_REASON",
     "AuditEntry",
@@ -29,6 +35,7 @@ __all__ = [
     "preview_replay",
     "replay_audited",
     "replay_selected",
+    "tenant_actor",
 ]
 
 
@@ -63,10 +70,16 @@ async def bulk_replay(
 
 
 async def replay_audited(
-    conn: asyncpg.Connection, event_id: str, *, actor: str, reason: str
+    conn: asyncpg.Connection,
+    event_id: str,
+    *,
+    actor: str,
+    reason: str,
+    tenant_id: str | None = None,
 ) -> None:
-    """:func:`hookrelay.outbox.ops.dead_letters.replay_one`, audited; raises as it does."""
-    await replay_one(conn, event_id, by=actor)
+    """:func:`hookrelay.outbox.ops.dead_letters.replay_one`, audited; raises as it does.
+    With ``tenant_id``, only that tenant's letter (a partner's replay)."""
+    await replay_one(conn, event_id, by=actor, tenant_id=tenant_id)
     await store.audit(
         conn,
         actor=actor,

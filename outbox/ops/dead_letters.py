@@ -43,14 +43,15 @@ async def list_dead_letters(
 
 
 async def get_dead_letter(
-    conn: asyncpg.Connection, event_id: str
+    conn: asyncpg.Connection, event_id: str, *, tenant_id: str | None = None
 ) -> tuple[DeadLetter, list[Attempt]]:
-    """The letter (replayed or not) and the event's whole attempt history."""
+    """The letter (replayed or not) and the event's whole attempt history; with
+    ``tenant_id``, another tenant's letter is not found."""
     letter = await store.get_dead_letter(conn, event_id=event_id)
-    if letter is None:
+    if letter is None or (tenant_id is not None and letter.tenant_id != tenant_id):
         raise DeadLetterNotFound(event_id)
     # By event, not task: a test event's letter has no task.
-    history = await events.event_attempts(conn, event_id=letter.event_id)
+    history = await events.event_attempts(conn, event_id=letter.event_id, tenant_id=tenant_id)
     return letter, history
 
 
@@ -88,10 +89,15 @@ async def replay_matching(
     return total
 
 
-async def replay_one(conn: asyncpg.Connection, event_id: str, *, by: str) -> None:
-    """Replay one letter; :class:`DeadLetterNotFound` or :class:`AlreadyReplayed` otherwise."""
-    if await replay_batch(conn, DeadLetterFilter(event_id=event_id), by=by, limit=1):
+async def replay_one(
+    conn: asyncpg.Connection, event_id: str, *, by: str, tenant_id: str | None = None
+) -> None:
+    """Replay one letter; :class:`DeadLetterNotFound` or :class:`AlreadyReplayed` otherwise.
+    With ``tenant_id``, only that tenant's letter (another's is not found)."""
+    flt = DeadLetterFilter(event_id=event_id, tenant_id=tenant_id)
+    if await replay_batch(conn, flt, by=by, limit=1):
         return
-    if await store.get_dead_letter(conn, event_id=event_id) is None:
+    letter = await store.get_dead_letter(conn, event_id=event_id)
+    if letter is None or (tenant_id is not None and letter.tenant_id != tenant_id):
         raise DeadLetterNotFound(event_id)
     raise AlreadyReplayed(event_id)

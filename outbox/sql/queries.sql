@@ -74,6 +74,16 @@ UPDATE signing_secrets s SET secret_enc = v.enc
   FROM unnest($1::bigint[], $2::bytea[]) AS v(id, enc)
  WHERE s.id = v.id;
 
+-- name: all_callback_headers_for_update
+-- Rotation of the master key: every task's sealed callback headers, locked until
+-- the re-encryption commits.
+SELECT task_id, sealed FROM callback_headers FOR UPDATE;
+
+-- name: reencrypt_callback_headers
+UPDATE callback_headers h SET sealed = v.enc
+  FROM unnest($1::text[], $2::bytea[]) AS v(id, enc)
+ WHERE h.task_id = v.id;
+
 -- name: insert_tenant
 INSERT INTO tenants (id, name, api_key_hash, signature_scheme) VALUES ($1, $2, $3, $4)
 RETURNING id, name, created_at;
@@ -151,34 +161,51 @@ VALUES ($1, $2, $3, $4, $5, $6,
         $8, $9)
 RETURNING *
 
+-- name: _task_host
+-- $10: the callback URL's destination key (hookrelay.outbox.destinations), kept by
+-- the URL's origin so that finish_task needs no Python between its parts; an
+-- origin seen before is only looked up. NULL: none kept (the completion then takes
+-- a transaction).
+hosted AS (INSERT INTO destination_keys (origin, host)
+           SELECT url_origin(callback_url), $10 FROM task WHERE $10::text IS NOT NULL
+           ON CONFLICT (origin) DO NOTHING)
+
+-- name: _new_task_headers
+-- The new task's callback headers, sealed ($11) with their names ($12), in their own
+-- table (0019) when it has any: a column on tasks would change what older releases'
+-- cached `SELECT *` statements return, failing them once in a transaction.
+hdr AS (INSERT INTO callback_headers (task_id, names, sealed)
+        SELECT id, $12::text[], $11::bytea FROM task WHERE $11::bytea IS NOT NULL)
+
 -- name: insert_task
-{{_new_task}};
+WITH task AS ({{_new_task}}), {{_task_host}}, {{_new_task_headers}}
+SELECT *, $12::text[] AS callback_header_names FROM task;
 
 -- name: insert_task_keyed
--- A submit with an Idempotency-Key ($10, request hash $11): the task and its key
+-- A submit with an Idempotency-Key ($13, request hash $14): the task and its key
 -- in one statement, inside the transaction that holds the key's lock.
-WITH task AS ({{_new_task}}),
+WITH task AS ({{_new_task}}), {{_task_host}}, {{_new_task_headers}},
      kept AS (INSERT INTO idempotency_keys (tenant_id, key, request_hash, task_id)
-              SELECT tenant_id, $10, $11, id FROM task)
-SELECT * FROM task;
+              SELECT tenant_id, $13, $14, id FROM task)
+SELECT *, $12::text[] AS callback_header_names FROM task;
 
 -- name: insert_task_traced
--- A submit with a W3C trace context ($10 traceparent, $11 tracestate, checked by the
--- caller; 0023): the task and its trace in one statement. A submit with none writes
+-- A submit with a W3C trace context ($13 traceparent, $14 tracestate, checked by the
+-- caller; 0022): the task and its trace in one statement. A submit with none writes
 -- no trace row (its webhooks' trace-id is derived from the event id).
-WITH task AS ({{_new_task}}),
+WITH task AS ({{_new_task}}), {{_task_host}}, {{_new_task_headers}},
      traced AS (INSERT INTO task_traces (task_id, traceparent, tracestate)
-                SELECT id, $10, $11 FROM task)
-SELECT * FROM task;
+                SELECT id, $13, $14 FROM task)
+SELECT *, $12::text[] AS callback_header_names FROM task;
 
 -- name: insert_task_keyed_traced
--- Both: an Idempotency-Key ($10, request hash $11) and a trace context ($12, $13).
-WITH task AS ({{_new_task}}),
+-- Both: an Idempotency-Key ($13, request hash $14) and a trace context ($15, $16).
+WITH task AS ({{_new_task}}), {{_task_host}}, {{_new_task_headers}},
      kept AS (INSERT INTO idempotency_keys (tenant_id, key, request_hash, task_id)
-              SELECT tenant_id, $10, $11, id FROM task),
+              SELECT tenant_id, $13, $14, id FROM task),
      traced AS (INSERT INTO task_traces (task_id, traceparent, tracestate)
-                SELECT id, $12, $13 FROM task)
-SELECT * FROM task;
+                SELECT id, $15, $16 FROM task)
+SELECT *, $12::text[] AS callback_header_names FROM task;
 
 -- name: _task_as_text
 -- A task row with its jsonb columns as JSON text, for the statements an
@@ -190,7 +217,9 @@ error::text AS error, callback_url, metadata::text AS metadata, created_at, upda
 completed_at, timeout_at, version, event_id, delivery_status, delivery_attempts,
 last_attempt_at, last_status_code, last_error, next_attempt_at, delivered_at,
 progress::text AS progress, heartbeat_timeout_s, heartbeat_at, heartbeat_due_at,
-on_timeout::text AS on_timeout
+on_timeout::text AS on_timeout,
+-- (id unqualified: the one table or CTE each statement reads the task from)
+(SELECT h.names FROM callback_headers h WHERE h.task_id = id) AS callback_header_names
 
 -- name: get_task
 -- $2 NULL means "any tenant" (executor and ops); partners always pass theirs.
@@ -203,7 +232,8 @@ SELECT {{_task_as_text}} FROM tasks WHERE id = $1 AND ($2::text IS NULL OR tenan
 -- reader that moved its cursor past those would never see them. So the page
 -- stops at the horizon: the start of the oldest transaction still open in
 -- this database. Everything before it is final; the rest shows up next poll.
-SELECT * FROM tasks
+SELECT t.*, (SELECT h.names FROM callback_headers h WHERE h.task_id = t.id) AS callback_header_names
+  FROM tasks t
  WHERE tenant_id = $1
    AND ($2::text IS NULL OR status = $2)
    AND ($3::timestamptz IS NULL OR updated_at > $3)
@@ -212,27 +242,110 @@ SELECT * FROM tasks
  ORDER BY updated_at, id
  LIMIT $6;
 
+-- name: _transition_set
+-- A transition's changes to the task row, shared by transition_task and finish_task.
+-- $2 the new status; $3 and $4 result and error as JSON text (cast here, so no
+-- connection needs a jsonb codec); $5 the new event id of a terminal transition,
+-- which also starts the delivery summary.
+SET status = $2,
+    result = COALESCE($3::text::jsonb, result),
+    error = COALESCE($4::text::jsonb, error),
+    updated_at = now(),
+    completed_at = CASE WHEN $5::text IS NULL THEN completed_at ELSE now() END,
+    version = version + 1,
+    event_id = COALESCE($5, event_id),
+    delivery_status = CASE WHEN $5::text IS NULL THEN delivery_status ELSE 'pending' END,
+    next_attempt_at = CASE WHEN $5::text IS NULL THEN next_attempt_at ELSE now() END,
+    -- Starting is the first sign of life; the heartbeat clock runs only while running.
+    heartbeat_at = CASE WHEN $2 = 'running' THEN now() ELSE heartbeat_at END,
+    heartbeat_due_at = CASE WHEN $2 = 'running' AND heartbeat_timeout_s IS NOT NULL
+                            THEN now() + make_interval(secs => heartbeat_timeout_s) END
+
 -- name: transition_task
 -- The state machine lives in the WHERE clause: the row changes only if its
 -- current status is one of $6, so two racing transitions cannot both win.
--- A terminal transition ($5 = new event id) also starts the delivery summary.
--- $3 and $4 are JSON text (cast here, so no connection needs a jsonb codec).
+-- The event of a terminal one is then written by insert_outbox, in the same
+-- transaction. Only for a task submitted before 0018, which has no destination
+-- key in destination_keys: finish_task does the rest in one statement.
 UPDATE tasks
-   SET status = $2,
-       result = COALESCE($3::text::jsonb, result),
-       error = COALESCE($4::text::jsonb, error),
-       updated_at = now(),
-       completed_at = CASE WHEN $5::text IS NULL THEN completed_at ELSE now() END,
-       version = version + 1,
-       event_id = COALESCE($5, event_id),
-       delivery_status = CASE WHEN $5::text IS NULL THEN delivery_status ELSE 'pending' END,
-       next_attempt_at = CASE WHEN $5::text IS NULL THEN next_attempt_at ELSE now() END,
-       -- Starting is the first sign of life; the heartbeat clock runs only while running.
-       heartbeat_at = CASE WHEN $2 = 'running' THEN now() ELSE heartbeat_at END,
-       heartbeat_due_at = CASE WHEN $2 = 'running' AND heartbeat_timeout_s IS NOT NULL
-                               THEN now() + make_interval(secs => heartbeat_timeout_s) END
+{{_transition_set}}
  WHERE id = $1 AND status = ANY($6::text[]) AND ($7::text IS NULL OR tenant_id = $7)
 RETURNING {{_task_as_text}};
+
+-- name: _event_body
+-- The webhook body of the terminal event of t (the task as the transition leaves
+-- it): {"type", "timestamp", "data"}, data being the task resource without its
+-- delivery summary, fields in the order of hookrelay.outbox.models.TaskData, and
+-- updatedAt the completion time, as at commit. Written by concatenation, which is
+-- cheap (json_build_object's output would need a rewrite to lose its blanks, and a
+-- regexp_replace over the body cost 50 times as much): the body's own objects are
+-- compact, a jsonb value (input, result, error, metadata, onTimeout, progress) is
+-- written as PostgreSQL writes jsonb ({"a": 1, "b": [1, 2]}), strings are escaped by
+-- to_json as Python's json.dumps escapes them, and a float as Python writes it.
+-- hookrelay.outbox.tasks.state_changes.event_body writes the same bytes from a Task
+-- (but for a number PostgreSQL spells otherwise: 0.0000001 where Python writes 1e-07).
+-- Built once, when the event commits, and stored: every attempt sends these bytes.
+'{"type":' || to_json('task.' || t.status)::text
+    || ',"timestamp":' || to_json(webhook_time(t.completed_at))::text
+    || ',"data":{"id":' || to_json(t.id)::text
+    || ',"type":' || to_json(t.type)::text
+    || ',"status":' || to_json(t.status)::text
+    || ',"input":' || COALESCE(t.input::text, 'null')
+    || ',"result":' || COALESCE(t.result::text, 'null')
+    || ',"error":' || COALESCE(t.error::text, 'null')
+    || ',"callbackUrl":' || to_json(t.callback_url)::text
+    || ',"metadata":' || COALESCE(t.metadata::text, 'null')
+    || ',"createdAt":' || to_json(webhook_time(t.created_at))::text
+    || ',"updatedAt":' || to_json(webhook_time(t.completed_at))::text
+    || ',"completedAt":' || to_json(webhook_time(t.completed_at))::text
+    || ',"timeoutAt":' || COALESCE(to_json(webhook_time(t.timeout_at))::text, 'null')
+    -- 30.0 where PostgreSQL writes 30
+    || ',"heartbeatTimeoutSeconds":' || COALESCE(CASE
+           WHEN t.heartbeat_timeout_s = trunc(t.heartbeat_timeout_s)
+            AND abs(t.heartbeat_timeout_s) < 1e15
+           THEN trunc(t.heartbeat_timeout_s)::bigint::text || '.0'
+           ELSE t.heartbeat_timeout_s::text END, 'null')
+    || ',"onTimeout":' || COALESCE(t.on_timeout::text, 'null')
+    || ',"progress":' || COALESCE(t.progress::text, 'null')
+    || ',"version":' || t.version::text
+    -- The names of its callback headers (0019), never their values; jsonb's text, as
+    -- the other JSON values ("a", "b").
+    || ',"callbackHeaders":' || COALESCE(
+           (SELECT to_jsonb(h.names)::text FROM callback_headers h WHERE h.task_id = t.id),
+           '[]')
+    || '}}'
+
+-- name: finish_task
+-- A task's transition and, when terminal ($5 = its new event id), its event and
+-- outbox row, in ONE statement: under autocommit (hookrelay's API) one round
+-- trip commits all three or nothing; in an executor's transaction they commit
+-- with its work. The state machine lives in the WHERE clause, as in
+-- transition_task: the row changes only if its status is one of $6, so two
+-- racing transitions cannot both win, and nothing else is written by the loser.
+-- The event body is built here from the row the UPDATE returns (_event_body),
+-- stored once in events and never changed; the outbox row carries the
+-- destination key computed at submit (destination_keys, by the URL's origin). A
+-- task whose origin has none (submitted by a release before 0018) is left
+-- unchanged, no row comes back, and the caller completes it the older way
+-- (transition_task, insert_outbox) in a transaction.
+WITH t AS (
+    UPDATE tasks
+    {{_transition_set}}
+     WHERE id = $1 AND status = ANY($6::text[]) AND ($7::text IS NULL OR tenant_id = $7)
+       AND ($5::text IS NULL OR EXISTS (
+               SELECT FROM destination_keys WHERE origin = url_origin(callback_url)))
+    RETURNING *
+), stored AS (
+    INSERT INTO events (event_id, tenant_id, task_id, event_type, body)
+    SELECT t.event_id, t.tenant_id, t.id, 'task.' || t.status, {{_event_body}}
+      FROM t WHERE $5::text IS NOT NULL
+), queued AS (
+    INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host)
+    SELECT t.event_id, t.tenant_id, t.id, 'task.' || t.status, t.callback_url, h.host
+      FROM t JOIN destination_keys h ON h.origin = url_origin(t.callback_url)
+     WHERE $5::text IS NOT NULL
+)
+SELECT {{_task_as_text}} FROM t;
 
 -- name: report_progress
 -- A progress call on a running task: the report, a new version, and the next
@@ -289,7 +402,7 @@ SELECT pg_try_advisory_xact_lock(hashtextextended($1 || ':' || $2, 42));
 -- name: idempotency_get
 -- The key's request hash and its task, in one read (the key's row goes with its
 -- task, ON DELETE CASCADE, so the task is there).
-SELECT k.request_hash, t.*
+SELECT k.request_hash, t.*, (SELECT h.names FROM callback_headers h WHERE h.task_id = t.id) AS callback_header_names
   FROM idempotency_keys k JOIN tasks t ON t.id = k.task_id
  WHERE k.tenant_id = $1 AND k.key = $2;
 
@@ -379,7 +492,9 @@ RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url
           -- Read with the claim: a rotation committed before it is seen here.
           (SELECT t.secret_version FROM tenants t WHERE t.id = o.tenant_id),
           o.lost_leases,
-          -- The task's trace context (0023), sent on with the attempt: NULL for a
+          -- The task's callback headers, sealed (NULL for none, and for a test event).
+          (SELECT h.sealed FROM callback_headers h WHERE h.task_id = o.task_id),
+          -- The task's trace context (0022), sent on with the attempt: NULL for a
           -- test event, or a task submitted without one.
           (SELECT ARRAY[tt.traceparent, tt.tracestate] FROM task_traces tt
             WHERE tt.task_id = o.task_id);
@@ -413,10 +528,49 @@ RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url
           -- Read with the claim: a rotation committed before it is seen here.
           (SELECT t.secret_version FROM tenants t WHERE t.id = o.tenant_id),
           o.lost_leases,
-          -- The task's trace context (0023), sent on with the attempt: NULL for a
+          -- The task's callback headers, sealed (NULL for none, and for a test event).
+          (SELECT h.sealed FROM callback_headers h WHERE h.task_id = o.task_id),
+          -- The task's trace context (0022), sent on with the attempt: NULL for a
           -- test event, or a task submitted without one.
           (SELECT ARRAY[tt.traceparent, tt.tracestate] FROM task_traces tt
             WHERE tt.task_id = o.task_id);
+
+-- name: take_host_tokens
+-- HOOKRELAY_PER_HOST_RATE, shared by every dispatcher of the database: for each
+-- host of $1, take at most $2 (the rows this claim wants to send there) from its
+-- token bucket, refilled at $3 tokens a second up to $4, the bucket's size, since
+-- it was last taken from; returns each host's grant. A host seen for the first
+-- time starts with a full bucket. One statement: the wanted count (capped by the
+-- bucket's size) travels as the row the INSERT proposes, `granted`, which the
+-- conflict's UPDATE reads back as excluded.granted. The rows are locked for the
+-- statement only, in host order (no deadlock between dispatchers); the UPDATE's
+-- expressions see the row as it was. Time never runs backwards for a bucket: a
+-- statement that started before the last take (it waited for the row's lock)
+-- refills nothing and leaves refilled_at where it was, so no second is counted
+-- twice. Tokens granted and not claimed go back (return_host_tokens).
+INSERT INTO host_rates AS r (host, tokens, granted, refilled_at)
+SELECT w.host, $4::float8 - least(w.n, floor($4::float8)::int), least(w.n, floor($4::float8)::int),
+       statement_timestamp()
+  FROM unnest($1::text[], $2::int[]) AS w(host, n)
+ ORDER BY w.host
+    ON CONFLICT (host) DO UPDATE
+   SET granted = least(excluded.granted, floor(least($4::float8, r.tokens + $3::float8
+                 * greatest(0, extract(epoch FROM statement_timestamp() - r.refilled_at))))::int),
+       tokens = least($4::float8, r.tokens + $3::float8
+                * greatest(0, extract(epoch FROM statement_timestamp() - r.refilled_at)))
+                - least(excluded.granted, floor(least($4::float8, r.tokens + $3::float8
+                * greatest(0, extract(epoch FROM statement_timestamp() - r.refilled_at))))::int),
+       refilled_at = greatest(r.refilled_at, statement_timestamp())
+RETURNING host, granted;
+
+-- name: return_host_tokens
+-- Tokens take_host_tokens granted that the claim did not use (fewer rows due
+-- than counted, or taken by another dispatcher): back into the buckets of hosts
+-- $1, $2 each, never beyond the bucket's size $3.
+UPDATE host_rates r
+   SET tokens = least($3::float8, r.tokens + v.n)
+  FROM unnest($1::text[], $2::int[]) AS v(host, n)
+ WHERE r.host = v.host;
 
 -- name: hold_lanes
 -- Take the due rows of hosts $1 out of the claims' way while their circuit is
@@ -426,6 +580,10 @@ RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url
 -- that never comes, they are due again at held_until and held once more.
 -- FOR UPDATE SKIP LOCKED: a row another dispatcher is leasing right now is
 -- left to it rather than waited for.
+-- The tenants whose task webhooks this holds are noted once per open episode
+-- (destination_notices, 0021): the first note of a (host, tenant) queues its
+-- destination.unhealthy notification (trigger), the circuit's closing its
+-- destination.recovered; a notification's own row held here notes nothing.
 WITH hosts AS (
     UPDATE destinations d
        SET held_until = CASE WHEN d.held_until > now() THEN d.held_until
@@ -434,11 +592,16 @@ WITH hosts AS (
     RETURNING d.host, d.held_until
 ),
 rows AS (
-    SELECT o.id, h.held_until
+    SELECT o.id, h.held_until, o.host, o.tenant_id, o.task_id
       FROM hosts h
       JOIN outbox o ON o.host = h.host
      WHERE GREATEST(o.next_attempt_at, o.leased_until) <= now()
        FOR UPDATE OF o SKIP LOCKED
+),
+noted AS (
+    INSERT INTO destination_notices (host, tenant_id)
+    SELECT DISTINCT r.host, r.tenant_id FROM rows r WHERE r.task_id IS NOT NULL
+    ON CONFLICT DO NOTHING
 )
 UPDATE outbox o
    SET next_attempt_at = r.held_until, leased_until = NULL, lease_token = NULL,
@@ -656,7 +819,8 @@ SELECT count(*) FILTER (WHERE heartbeat_at < now() - make_interval(secs => $1)) 
  WHERE status = 'running';
 
 -- name: lock_task
-SELECT * FROM tasks WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2) FOR UPDATE;
+SELECT t.*, (SELECT h.names FROM callback_headers h WHERE h.task_id = t.id) AS callback_header_names
+  FROM tasks t WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2) FOR UPDATE OF t;
 
 -- name: requeue_events
 -- Put events back into the outbox, one row per element of the arrays $1..$7,
@@ -1039,7 +1203,8 @@ SELECT c.seq, c.changed_at,
        t.timeout_at, c.version, t.event_id, t.delivery_status, t.delivery_attempts,
        t.last_attempt_at, t.last_status_code, t.last_error, t.next_attempt_at, t.delivered_at,
        NULLIF(c.state -> 'progress', 'null'::jsonb) AS progress,
-       t.heartbeat_timeout_s, t.heartbeat_at, t.heartbeat_due_at, t.on_timeout
+       t.heartbeat_timeout_s, t.heartbeat_at, t.heartbeat_due_at, t.on_timeout,
+       (SELECT h.names FROM callback_headers h WHERE h.task_id = t.id) AS callback_header_names
   FROM task_changes c JOIN tasks t ON t.id = c.task_id
 
 -- name: number_changes
@@ -1078,7 +1243,8 @@ SELECT min(version) FROM task_changes WHERE task_id = $1;
 -- the number and time of the change that made its current version (from
 -- task_changes_task; seq NULL once retention purged it). Another tenant's task is
 -- not found, exactly like a task that does not exist.
-SELECT c.seq, COALESCE(c.changed_at, t.updated_at) AS changed_at, t.*
+SELECT c.seq, COALESCE(c.changed_at, t.updated_at) AS changed_at, t.*,
+       (SELECT h.names FROM callback_headers h WHERE h.task_id = t.id) AS callback_header_names
   FROM tasks t LEFT JOIN task_changes c ON c.task_id = t.id AND c.version = t.version
  WHERE t.tenant_id = $1 AND t.id = ANY($2::text[]);
 
@@ -1091,3 +1257,38 @@ WITH doomed AS (
        FOR UPDATE SKIP LOCKED
 )
 DELETE FROM task_changes c USING doomed d WHERE c.tenant_id = d.tenant_id AND c.seq = d.seq;
+
+-- name: notification_settings_get
+-- Where tenant $1 is told about its delivery trouble (0021), or no row.
+SELECT url, events, updated_at FROM notification_settings WHERE tenant_id = $1;
+
+-- name: notification_settings_put
+-- Set (or replace) tenant $1's notification URL $2 (destination key $3) and
+-- the event types $4 it is told about.
+INSERT INTO notification_settings AS n (tenant_id, url, host, events)
+VALUES ($1, $2, $3, $4::text[])
+ON CONFLICT (tenant_id) DO UPDATE
+   SET url = EXCLUDED.url, host = EXCLUDED.host, events = EXCLUDED.events, updated_at = now()
+RETURNING url, events, updated_at;
+
+-- name: notification_settings_delete
+-- Tenant $1 is told nothing more; notifications already queued still go out.
+DELETE FROM notification_settings WHERE tenant_id = $1;
+
+-- name: recent_notifications
+-- Tenant $1's last $2 notifications (events_notifications) and where each is:
+-- waiting in the outbox, dead (an open dead letter) or delivered (its log).
+SELECT e.event_id, e.event_type, e.created_at,
+       CASE WHEN EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = e.event_id) THEN 'pending'
+            WHEN EXISTS (SELECT 1 FROM dead_letters d
+                          WHERE d.event_id = e.event_id AND d.replayed_at IS NULL) THEN 'dead'
+            WHEN EXISTS (SELECT 1 FROM delivery_attempts a
+                          WHERE a.event_id = e.event_id AND a.outcome = 'delivered')
+            THEN 'delivered'
+            ELSE 'unknown' END AS state,
+       e.body
+  FROM events e
+ WHERE e.tenant_id = $1
+   AND e.event_type IN ('delivery.dead', 'destination.unhealthy', 'destination.recovered')
+ ORDER BY e.created_at DESC
+ LIMIT $2;

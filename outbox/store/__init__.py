@@ -15,6 +15,7 @@ drivers run on asyncpg, psycopg 3 or SQLAlchemy. One module per area:
 - :mod:`.destinations` per-host circuit state
 - :mod:`.deadletters`  dead letters: listing, lookup, replay
 - :mod:`.tenants`      tenants and signing secrets
+- :mod:`.notifications` tenants' notification settings and their last notifications
 - :mod:`.masterkey`    the master key check, re-encryption of every secret
 - :mod:`.console`      what the ops console reads beyond the other areas, its audit trail
 - :mod:`.metrics`      gauges read at scrape time, the readiness ping

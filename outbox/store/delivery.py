@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
 from uuid import UUID
@@ -21,6 +21,8 @@ _RELEASE_LEASES = sql("release_leases")
 _DEFER_LEASES = sql("defer_leases")
 _ABANDON_LEASES = sql("abandon_leases")
 _RECORD_OUTCOMES = sql("record_outcomes")
+_TAKE_HOST_TOKENS = sql("take_host_tokens")
+_RETURN_HOST_TOKENS = sql("return_host_tokens")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,9 +48,14 @@ class ClaimedEvent:
     # Leases of this row that ran out in a row with no outcome written, this
     # claim's predecessor included (outbox.lost_leases).
     lost_leases: int = 0
+    # The task's callback headers as claimed: sealed (keys.callback_headers), None for
+    # none; the dispatcher opens them into ``callback_headers`` before the attempt.
+    # Kept out of repr, so no log line of an event can show a value.
+    headers_enc: bytes | None = field(default=None, repr=False)
     # The task's W3C trace context, ``[traceparent, tracestate]``; None when it has
     # none (a test event, or a task an older release submitted).
     trace: Sequence[str | None] | None = None
+    callback_headers: Mapping[str, str] | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,10 +78,11 @@ def _events(rows: Sequence[asyncpg.Record], token: UUID) -> list[ClaimedEvent]:
     # The hot path: one construction per row, positional in RETURNING's order.
     return [
         ClaimedEvent(
-            r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], token, r[11], r[12]
+            r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], token,
+            r[11], r[12], r[13],
         )
         for r in rows
-    ]
+    ]  # fmt: skip
 
 
 async def claim_lanes(
@@ -172,3 +180,20 @@ async def record_outcomes(
     cols = [list(col) for col in zip(*outcomes, strict=True)] if outcomes else [[]] * 9
     rows = await conn.fetch(_RECORD_OUTCOMES, *cols, breaker_threshold, float(breaker_probe_s))
     return {r[0] for r in rows}
+
+
+async def take_host_tokens(
+    conn: asyncpg.Connection, *, wanted: Mapping[str, int], rate: float, burst: float
+) -> dict[str, int]:
+    """How many of ``wanted`` requests to each host their shared buckets grant now."""
+    hosts = sorted(wanted)
+    rows = await conn.fetch(_TAKE_HOST_TOKENS, hosts, [wanted[h] for h in hosts], rate, burst)
+    return {r[0]: r[1] for r in rows}
+
+
+async def return_host_tokens(
+    conn: asyncpg.Connection, *, unused: Mapping[str, int], burst: float
+) -> None:
+    """Put tokens granted and not used back into the hosts' buckets."""
+    hosts = sorted(unused)
+    await conn.execute(_RETURN_HOST_TOKENS, hosts, [unused[h] for h in hosts], burst)

@@ -15,6 +15,8 @@ _LOCK = sql("lock_master_key_check")
 _RECORD = sql("record_master_key_check")
 _ALL_SECRETS_FOR_UPDATE = sql("all_secrets_for_update")
 _REENCRYPT = sql("reencrypt_secrets")
+_ALL_CALLBACK_HEADERS_FOR_UPDATE = sql("all_callback_headers_for_update")
+_REENCRYPT_CALLBACK_HEADERS = sql("reencrypt_callback_headers")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,3 +58,15 @@ async def reencrypt_secrets(
     conn: asyncpg.Connection, *, ids: Sequence[int], blobs: Sequence[bytes]
 ) -> None:
     await conn.execute(_REENCRYPT, list(ids), list(blobs))
+
+
+async def callback_headers_for_update(conn: asyncpg.Connection) -> list[tuple[str, bytes]]:
+    """(task id, sealed callback headers) of every task that has some, row-locked until
+    the caller's transaction ends."""
+    return [(r["task_id"], r["sealed"]) for r in await conn.fetch(_ALL_CALLBACK_HEADERS_FOR_UPDATE)]
+
+
+async def reencrypt_callback_headers(
+    conn: asyncpg.Connection, *, task_ids: Sequence[str], blobs: Sequence[bytes]
+) -> None:
+    await conn.execute(_REENCRYPT_CALLBACK_HEADERS, list(task_ids), list(blobs))

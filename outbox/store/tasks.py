@@ -32,6 +32,7 @@ _GET_TASK = sql("get_task")
 _LOCK_TASK = sql("lock_task")
 _LIST_TASKS = sql("list_tasks")
 _TRANSITION_TASK = sql("transition_task")
+_FINISH_TASK = sql("finish_task")
 _CLAIM_OVERDUE_TASKS = sql("claim_overdue_tasks")
 _IDEMPOTENCY_LOCK = sql("idempotency_lock")
 _IDEMPOTENCY_GET = sql("idempotency_get")
@@ -76,19 +77,25 @@ async def insert_task(
     timeout_s: float | None,
     heartbeat_timeout_s: float | None = None,
     on_timeout: Any = None,
+    callback_host: str | None = None,
+    callback_headers: tuple[bytes | None, list[str] | None] = (None, None),
     idempotency: tuple[str, bytes] | None = None,
     trace: tuple[str, str | None] | None = None,
 ) -> Task:
-    """A new queued task; ``timeout_s`` None means no deadline.
+    """A new queued task; ``timeout_s`` None means no deadline. ``callback_host``:
+    the callback URL's destination key, kept in ``destination_keys``, which lets
+    :func:`finish_step` complete it in one statement (None: completed as a task of an
+    older release is).
 
     ``idempotency`` (key, request hash) stores the key with it, in the same
     statement; :class:`IdempotencyInFlight` if a racing request stored it first.
+    ``callback_headers``: the sealed headers and their names (None, None for none).
     ``trace`` is the submitter's (traceparent, tracestate), already checked; None
     writes no trace row.
     """
     args = (
         *(task_id, tenant_id, type, input, callback_url, metadata),
-        *(timeout_s, heartbeat_timeout_s, on_timeout),
+        *(timeout_s, heartbeat_timeout_s, on_timeout, callback_host, *callback_headers),
     )
     if idempotency is None:
         if trace is None:
@@ -161,15 +168,43 @@ def transition_step(
 ) -> Step:
     """Move the task to ``status`` if it is in one of ``allowed_from``: the task, or None
     if not (or if it does not exist). An ``event_id`` starts the delivery summary."""
-    return Step(
-        _TRANSITION_TASK,
-        # a list: psycopg binds lists, not tuples, as arrays
-        (
-            *(task_id, status, json_text(result), json_text(error), event_id),
-            *(list(allowed_from), tenant_id),
-        ),
-        task_from_text,
+    args = _transition_args(task_id, status, allowed_from, result, error, event_id, tenant_id)
+    return Step(_TRANSITION_TASK, args, task_from_text)
+
+
+def _transition_args(
+    task_id: str,
+    status: TaskStatus,
+    allowed_from: Sequence[TaskStatus],
+    result: Any,
+    error: Any,
+    event_id: EventId | None,
+    tenant_id: str | None,
+) -> tuple[Any, ...]:
+    # a list: psycopg binds lists, not tuples, as arrays
+    return (
+        *(task_id, status, json_text(result), json_text(error), event_id),
+        *(list(allowed_from), tenant_id),
     )
+
+
+def finish_step(
+    *,
+    task_id: str,
+    status: TaskStatus,
+    allowed_from: Sequence[TaskStatus],
+    result: Any = None,
+    error: Any = None,
+    event_id: EventId | None = None,
+    tenant_id: str | None = None,
+) -> Step:
+    """As :func:`transition_step`, and with an ``event_id`` (a terminal status) the
+    event and its outbox row too, in the same statement. None also when the task
+    has no destination key (submitted by a release before 0018): nothing is
+    written then, and the caller takes :func:`transition_step` and
+    ``events.insert_outbox_step`` instead."""
+    args = _transition_args(task_id, status, allowed_from, result, error, event_id, tenant_id)
+    return Step(_FINISH_TASK, args, task_from_text)
 
 
 async def claim_overdue_tasks(conn: asyncpg.Connection, *, limit: int) -> list[TaskId]:

@@ -82,17 +82,19 @@ async def report_progress(
     *,
     tenant_id: str | None = None,
     notify: bool = True,
+    autocommit: bool = False,
     traceparent: str | None = None,
     tracestate: str | None = None,
 ) -> Task:
     """Record progress on a running task (and push it to its watchers at commit;
-    ``notify``: see ``outbox.complete_task``).
+    ``notify`` and ``autocommit``: see ``outbox.complete_task``: the report is one
+    statement, which commits on its own with ``autocommit``).
 
     Raises :class:`TaskNotFound`; :class:`InvalidTransition` if the task is not
     running; :class:`ProgressBackwards` if ``percent`` is below the last report.
     Both carry the task as it is now.
     """
+    notify = notify and not autocommit
     with tracing.change("progress", task_id, traceparent, tracestate):
-        return await run(
-            conn, progress_plan(task_id, percent, message, tenant_id=tenant_id, notify=notify)
-        )
+        plan = progress_plan(task_id, percent, message, tenant_id=tenant_id, notify=notify)
+        return await run(conn, plan, atomic=not autocommit)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from hookrelay.outbox import ids
 from hookrelay.outbox.destinations import host_key
@@ -31,6 +31,7 @@ from hookrelay.outbox.store.steps import Plan, Step
 
 __all__ = [
     "TimeoutReason",
+    "autocommit_plan",
     "complete_plan",
     "destination_host",
     "event_body",
@@ -50,17 +51,25 @@ def event_body(task: Task) -> str:
     """The webhook body of ``task``'s terminal event, as its commit stores it.
 
     Built once, when the event is committed, and stored in ``events``; every
-    attempt, retry, replay and redelivery sends those bytes. ``updatedAt`` is
-    the completion time, as it is at commit, so a body rebuilt later for an
-    event stored before bodies were kept (see ``redelivery``) is the same.
+    attempt, retry, replay and redelivery sends those bytes. The commit builds it
+    in SQL (``_event_body`` in queries.sql); this writes the same bytes from a Task,
+    for an event that the database did not build (a task an older release
+    submitted, an event stored before bodies were kept: see ``redelivery``). The
+    body's own objects are compact; a JSON value of the task (input, result, ...)
+    is written as PostgreSQL writes jsonb, with a blank after each ``,`` and ``:``.
+    ``updatedAt`` is the completion time, as it is at commit.
     """
     at_commit = replace(task, updated_at=task.completed_at or task.updated_at)
-    payload = {
-        "type": f"task.{task.status}",
-        "timestamp": iso(task.completed_at),
-        "data": at_commit.to_event_data(),
-    }
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+    data = ",".join(
+        f"{_dumps(name)}:{_dumps(value)}" for name, value in at_commit.to_event_data().items()
+    )
+    head = f'{{"type":{_dumps(f"task.{task.status}")},"timestamp":{_dumps(iso(task.completed_at))}'
+    return f'{head},"data":{{{data}}}}}'
+
+
+def _dumps(value: Any) -> str:
+    # PostgreSQL's jsonb text: ", " and ": " between items, non-ASCII as it is.
+    return json.dumps(value, separators=(", ", ": "), ensure_ascii=False)
 
 
 def event_step(task: Task) -> Step:
@@ -86,24 +95,40 @@ def _transition(
     error: Any = None,
     tenant_id: str | None = None,
     notify: bool = True,
-) -> Plan[Task]:
+    in_transaction: bool = True,
+) -> Plan[Task | None]:
+    """The transition, and a terminal one's event, in one statement (``finish_step``).
+
+    A task submitted by a release before 0018 has no destination key on its row:
+    the statement leaves it be, and it is completed the older way, the transition
+    and then the event built here, which must share a transaction. Not
+    ``in_transaction`` (hookrelay's API, under autocommit), the plan then returns
+    None before writing anything, for the caller to run it again in one.
+    """
     terminal = status in TERMINAL_STATUSES
     new_event = EventId(ids.event_id()) if terminal else None
-    task: Task | None = yield tasks.transition_step(
-        task_id=task_id,
-        status=status,
-        allowed_from=allowed_from,
-        result=result,
-        error=error,
-        event_id=new_event,
-        tenant_id=tenant_id,
-    )
+    change = {
+        "task_id": task_id,
+        "status": status,
+        "allowed_from": allowed_from,
+        "result": result,
+        "error": error,
+        "event_id": new_event,
+        "tenant_id": tenant_id,
+    }
+    task: Task | None = yield tasks.finish_step(**change)
     if task is None:
         current: Task | None = yield tasks.get_step(task_id=task_id, tenant_id=tenant_id)
         if current is None:
             raise TaskNotFound(task_id)
-        raise InvalidTransition(task_id, current)
-    if terminal:
+        if not (terminal and current.status in allowed_from):
+            raise InvalidTransition(task_id, current)
+        # Allowed, yet not changed: a task without a destination key (older release).
+        if not in_transaction:
+            return None
+        task = yield tasks.transition_step(**change)
+        if task is None:  # another transition won since the read
+            raise InvalidTransition(task_id, current)
         yield event_step(task)
     if notify:
         yield events.notify_step(task_id=task.id)
@@ -112,7 +137,8 @@ def _transition(
 
 def start_plan(task_id: str, *, notify: bool = True) -> Plan[Task]:
     """queued → running."""
-    return _transition(task_id, "running", ["queued"], notify=notify)
+    # In a transaction, the plan never gives None.
+    return cast("Plan[Task]", _transition(task_id, "running", ["queued"], notify=notify))
 
 
 def complete_plan(
@@ -126,9 +152,8 @@ def complete_plan(
 ) -> Plan[Task]:
     """A live task → terminal ``status``, with its webhook event (ValueError at once
     for a status that is not terminal). ``notify``: see ``outbox.complete_task``."""
-    if status not in TERMINAL_STATUSES:
-        raise ValueError(f"{status!r} is not a terminal status")
-    return _transition(
+    _check_terminal(status)
+    plan = _transition(
         task_id,
         status,
         LIVE_STATUSES,
@@ -137,6 +162,40 @@ def complete_plan(
         tenant_id=tenant_id,
         notify=notify,
     )
+    return cast("Plan[Task]", plan)  # in a transaction, never None
+
+
+def autocommit_plan(
+    task_id: str,
+    status: TaskStatus,
+    result: Any = None,
+    error: Any = None,
+    *,
+    tenant_id: str | None = None,
+) -> Plan[Task | None]:
+    """:func:`start_plan` (``running``) or :func:`complete_plan` (a terminal status)
+    for a connection with no transaction open, where each statement commits on its
+    own: one statement writes, with no NOTIFY (the caller wakes watchers after the
+    commit). None, with nothing written, for a task that only a transaction can
+    complete (submitted by a release before 0018): run :func:`complete_plan` then."""
+    if status == "running":
+        return _transition(task_id, status, ["queued"], notify=False, in_transaction=False)
+    _check_terminal(status)
+    return _transition(
+        task_id,
+        status,
+        LIVE_STATUSES,
+        result=result,
+        error=error,
+        tenant_id=tenant_id,
+        notify=False,
+        in_transaction=False,
+    )
+
+
+def _check_terminal(status: str) -> None:
+    if status not in TERMINAL_STATUSES:
+        raise ValueError(f"{status!r} is not a terminal status")
 
 
 TimeoutReason = Literal["deadline", "heartbeat"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -9,7 +10,15 @@ from typing import Any
 import asyncpg
 
 from hookrelay.outbox import ids, tracing
-from hookrelay.outbox.errors import IdempotencyInFlight, IdempotencyKeyReused
+from hookrelay.outbox.destinations import host_key
+from hookrelay.outbox.errors import (
+    ConfigurationError,
+    IdempotencyInFlight,
+    IdempotencyKeyReused,
+    InvalidCallbackUrl,
+)
+from hookrelay.outbox.keys.at_rest import SecretBox
+from hookrelay.outbox.keys.callback_headers import seal
 from hookrelay.outbox.models import Task, TaskId
 from hookrelay.outbox.store import tasks as store
 from hookrelay.outbox.tracing import TraceContext
@@ -24,6 +33,9 @@ class NewTask:
     timeout_s: float | None = None
     heartbeat_timeout_s: float | None = None  # a running task silent this long times out
     on_timeout: Any = None  # {result?, error?} written onto the task if it times out
+    # Sent with every attempt of its webhook (keys.callback_headers, checked by the
+    # caller); sealed under the master key, so create_task needs the box.
+    callback_headers: Mapping[str, str] | None = None
     # The submitter's W3C trace context, kept for every attempt of the task's webhook
     # (hookrelay.outbox.tracing).
     trace: TraceContext | None = None
@@ -41,18 +53,22 @@ async def create_task(
     spec: NewTask,
     *,
     idempotency: Idempotency | None = None,
+    box: SecretBox | None = None,
 ) -> tuple[Task, bool]:
     """Insert a queued task; returns ``(task, created)``.
 
     With an idempotency key, a repeat of the same request returns the first
     task (``created`` False); a different body under the key raises
     :class:`IdempotencyKeyReused`; a repeat while the first is still in its
-    transaction raises :class:`IdempotencyInFlight`.
+    transaction raises :class:`IdempotencyInFlight`. ``box`` (the master key's) seals
+    the spec's callback headers, if it has any.
     """
+    if spec.callback_headers and box is None:
+        raise ConfigurationError("callback headers are sealed under the master key: pass box")
     if idempotency is None:
         # One statement, so one round trip: nothing to keep atomic with it.
         # (No NOTIFY: nobody can be waiting on a task that did not exist.)
-        return await _insert(conn, tenant_id, spec), True
+        return await _insert(conn, tenant_id, spec, box), True
     key = idempotency.key
     async with conn.transaction():
         if not await store.idempotency_lock(conn, tenant_id=tenant_id, key=key):
@@ -62,7 +78,7 @@ async def create_task(
             if seen.request_hash != idempotency.request_hash:
                 raise IdempotencyKeyReused(key)
             return seen.task, False
-        task = await _insert(conn, tenant_id, spec, (key, idempotency.request_hash))
+        task = await _insert(conn, tenant_id, spec, box, (key, idempotency.request_hash))
     return task, True
 
 
@@ -70,14 +86,19 @@ async def _insert(
     conn: asyncpg.Connection,
     tenant_id: str,
     spec: NewTask,
+    box: SecretBox | None,
     idempotency: tuple[str, bytes] | None = None,
 ) -> Task:
+    task_id = TaskId(ids.task_id())
+    sealed, names = None, None
+    if spec.callback_headers and box is not None:
+        sealed, names = seal(box, task_id, spec.callback_headers), list(spec.callback_headers)
     # The submitter's, else the submit request's span when tracing is on; else none
     # is stored and the webhook's trace-id comes from its event id.
     trace = spec.trace or tracing.current()
     return await store.insert_task(
         conn,
-        task_id=TaskId(ids.task_id()),
+        task_id=task_id,
         tenant_id=tenant_id,
         type=spec.type,
         input=spec.input,
@@ -86,9 +107,20 @@ async def _insert(
         timeout_s=spec.timeout_s,
         heartbeat_timeout_s=spec.heartbeat_timeout_s,
         on_timeout=spec.on_timeout,
+        callback_host=_destination(spec.callback_url),
+        callback_headers=(sealed, names),
         idempotency=idempotency,
         trace=None if trace is None else (trace.traceparent, trace.state),
     )
+
+
+def _destination(url: str) -> str | None:
+    """The URL's destination key, kept on the task so that its completion is one
+    statement; None if it has none (the completion then fails as it always has)."""
+    try:
+        return host_key(url)
+    except InvalidCallbackUrl:
+        return None
 
 
 async def get_task(

@@ -24,6 +24,7 @@ from hookrelay.outbox.models import TERMINAL_STATUSES, Task, TerminalStatus
 from hookrelay.outbox.store.drivers import run
 from hookrelay.outbox.tasks.state_changes import (
     TimeoutReason,
+    autocommit_plan,
     complete_plan,
     destination_host,
     event_body,
@@ -59,10 +60,11 @@ async def start_task(
     task_id: str,
     *,
     notify: bool = True,
+    autocommit: bool = False,
     traceparent: str | None = None,
     tracestate: str | None = None,
 ) -> Task:
-    """queued → running.
+    """queued → running. ``autocommit``: see :func:`complete_task`.
 
     ``traceparent``/``tracestate`` (W3C, the executor's): the parent of this change's
     span when tracing is on (``hookrelay.outbox.tracing``); malformed ones are ignored.
@@ -70,6 +72,10 @@ async def start_task(
     function here.
     """
     with tracing.change("start", task_id, traceparent, tracestate):
+        if autocommit:
+            task = await run(conn, autocommit_plan(task_id, "running"), atomic=False)
+            assert task is not None, "a start is always one statement"
+            return task
         return await run(conn, start_plan(task_id, notify=notify))
 
 
@@ -82,6 +88,7 @@ async def complete_task(
     *,
     tenant_id: str | None = None,
     notify: bool = True,
+    autocommit: bool = False,
     traceparent: str | None = None,
     tracestate: str | None = None,
 ) -> Task:
@@ -89,8 +96,20 @@ async def complete_task(
 
     Raises :class:`TaskNotFound`, or :class:`InvalidTransition` (carrying the
     current task) if it is already terminal; nothing is written then.
+
+    The task's transition, its event and its outbox row are one statement.
+    ``autocommit`` (hookrelay's API): ``conn`` has no transaction open, and that
+    statement commits on its own, in one round trip; no NOTIFY is sent (the
+    caller wakes dispatchers and watchers after the commit, ``notify`` is
+    ignored). A task submitted by a release before 0018 still takes a transaction.
     """
     with tracing.change("complete", task_id, traceparent, tracestate, status=status):
+        if autocommit:
+            once = autocommit_plan(task_id, status, result, error, tenant_id=tenant_id)
+            task = await run(conn, once, atomic=False)
+            if task is not None:
+                return task
+            notify = False
         return await run(
             conn, complete_plan(task_id, status, result, error, tenant_id=tenant_id, notify=notify)
         )
@@ -102,6 +121,7 @@ async def cancel_task(
     *,
     tenant_id: str | None = None,
     notify: bool = True,
+    autocommit: bool = False,
     traceparent: str | None = None,
     tracestate: str | None = None,
 ) -> Task:
@@ -112,6 +132,7 @@ async def cancel_task(
         "cancelled",
         tenant_id=tenant_id,
         notify=notify,
+        autocommit=autocommit,
         traceparent=traceparent,
         tracestate=tracestate,
     )

@@ -38,6 +38,7 @@ SHAPES: tuple[type[msgspec.Struct], ...] = (
     shapes.DeadLetterDetail,
     shapes.Replayed,
     shapes.Destinations,
+    shapes.Notifications,
     shapes.SigningKeys,
     shapes.TestEvent,
     shapes.Liveness,
@@ -48,6 +49,8 @@ SHAPES: tuple[type[msgspec.Struct], ...] = (
     shapes.TenantBody,
     shapes.ReplayBody,
     shapes.BulkReplayBody,
+    shapes.OwnBulkReplayBody,
+    shapes.NotificationsBody,
     shapes.PingBody,
     shapes.NoBody,
     shapes.WaitQuery,
@@ -55,6 +58,9 @@ SHAPES: tuple[type[msgspec.Struct], ...] = (
     shapes.TaskListQuery,
     shapes.DeadLetterFilter,
     shapes.DeadLetterQuery,
+    shapes.OwnDeadLetterFilter,
+    shapes.OwnDeadLetterQuery,
+    shapes.OwnReplayQuery,
     shapes.LimitQuery,
 )
 
@@ -411,6 +417,74 @@ def spec() -> Schema:
                     params=[_p("event_id")],
                     errors=(401, 403, 404),
                 )
+            },
+            "/v1/dead-letters": {
+                "get": _op(
+                    "The tenant's own dead letters",
+                    (200, shapes.DeadLetterPage),
+                    op_id="listOwnDeadLetters",
+                    query=shapes.OwnDeadLetterQuery,
+                    errors=(400, 401, 403),
+                )
+            },
+            "/v1/dead-letters/replay": {
+                "post": _op(
+                    "Replay the tenant's own dead letters by filter (audited); dryRun=true "
+                    "counts them only",
+                    (202, shapes.Replayed),
+                    op_id="replayOwnDeadLetters",
+                    body=shapes.OwnBulkReplayBody,
+                    body_required=False,
+                    query=shapes.OwnReplayQuery,
+                    errors=(400, 401, 403, 422),
+                )
+            },
+            "/v1/dead-letters/{event_id}": {
+                "get": _op(
+                    "One of the tenant's dead letters, with its attempts",
+                    (200, shapes.DeadLetterDetail),
+                    op_id="getOwnDeadLetter",
+                    params=eid,
+                    errors=(401, 403, 404),
+                )
+            },
+            "/v1/dead-letters/{event_id}/replay": {
+                "post": _op(
+                    "Replay one of the tenant's dead letters (same event id, fresh budget; "
+                    "audited)",
+                    (202, shapes.Replayed),
+                    op_id="replayOwnDeadLetter",
+                    body=shapes.ReplayBody,
+                    body_required=False,
+                    params=eid,
+                    errors=(401, 403, 404, 409, 422),
+                )
+            },
+            "/v1/notifications": {
+                "get": _op(
+                    "Where the tenant is told about its own delivery trouble",
+                    (200, shapes.Notifications),
+                    op_id="getNotifications",
+                    errors=(401, 403, 404),
+                ),
+                "put": _op(
+                    "Set the notification URL and events (checked as a callbackUrl is)",
+                    (200, shapes.Notifications),
+                    op_id="setNotifications",
+                    body=shapes.NotificationsBody,
+                    errors=(400, 401, 403, 413, 415, 422),
+                ),
+                "delete": {
+                    "summary": "Stop notifications (204, set or not)",
+                    "operationId": "deleteNotifications",
+                    "responses": {
+                        "204": {"description": "no notification URL is set now"},
+                        **{
+                            str(code): _json(_ref(shapes.Error), "Error")
+                            for code in (400, 401, 403)
+                        },
+                    },
+                },
             },
             "/v1/admin/dead-letters": {
                 "get": _op(

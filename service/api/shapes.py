@@ -20,6 +20,12 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
+from hookrelay.outbox.keys import (
+    MAX_CALLBACK_HEADER_BYTES,
+    RESERVED_HEADER_PREFIXES,
+    RESERVED_HEADERS,
+    callback_headers_problem,
+)
 from hookrelay.outbox.models import (
     Attempt,
     AttemptResource,
@@ -105,6 +111,43 @@ CappedOnTimeout = Annotated[
         "x-max-json-bytes": MAX_JSON_BYTES
     }),
 ]  # fmt: skip
+# What the schema can say of callback headers (keys.callback_headers checks them all,
+# naming the header, and what no schema says: names distinct ignoring case, the total).
+CALLBACK_HEADER_NAME_PATTERN = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"
+
+
+def _any_case(word: str) -> str:
+    # ECMA-262 patterns in a schema have no inline (?i): each letter as a class.
+    # Reserved names are letters and hyphens, which need no escape outside a class.
+    return "".join(f"[{c.upper()}{c}]" if c.isalpha() else c for c in word)
+
+
+RESERVED_HEADER_PATTERN = (
+    "^("
+    + "|".join(_any_case(n) for n in sorted(RESERVED_HEADERS))
+    + ")$|^("
+    + "|".join(_any_case(p) for p in RESERVED_HEADER_PREFIXES)
+    + ")"
+)
+CallbackHeaders = Annotated[
+    dict[str, str],
+    Meta(
+        max_length=10,
+        description="headers every attempt of the task's webhook sends, e.g. a receiver's "
+        "static x-api-key: at most 10, 4 KiB of names and values in all; names are tokens, "
+        "values printable ASCII; reserved names (host, content-type, content-length, "
+        "connection, transfer-encoding, te, upgrade, proxy-*, webhook-*, traceparent, "
+        "tracestate) are refused (422 naming the header). Values are encrypted at rest and "
+        "never returned; the signature does not cover them",
+        extra_json_schema={
+            "x-max-bytes": MAX_CALLBACK_HEADER_BYTES,
+            "propertyNames": {
+                "pattern": CALLBACK_HEADER_NAME_PATTERN,
+                "not": {"pattern": RESERVED_HEADER_PATTERN},
+            },
+        },
+    ),
+]
 Percent = Annotated[float, Meta(ge=0, le=100)]
 MAX_MESSAGE = 1000
 # ISO-8601 with a zone: what the server reads (request_guard.timestamp), RFC 3339's
@@ -156,6 +199,7 @@ class SubmitBody(Body):
     timeout_seconds: TimeoutSeconds | None = None
     heartbeat_timeout_seconds: HeartbeatSeconds | None = None
     on_timeout: CappedOnTimeout | None = None
+    callback_headers: CallbackHeaders | None = None
 
     def __post_init__(self) -> None:
         if self.type.endswith("\n"):  # see TASK_TYPE_PATTERN
@@ -163,6 +207,8 @@ class SubmitBody(Body):
         for name, value in (("metadata", self.metadata), ("onTimeout", self.on_timeout)):
             if value is not None and _json_bytes(value) > MAX_JSON_BYTES:
                 raise ValueError(f"exceeds {MAX_JSON_BYTES} bytes as JSON - at `$.{name}`")
+        if self.callback_headers and (wrong := callback_headers_problem(self.callback_headers)):
+            raise ValueError(f"{wrong} - at `$.callbackHeaders`")
 
 
 class CompleteBody(Body):
@@ -206,6 +252,45 @@ class BulkReplayBody(DeadLetterFilter):
     """`POST /v1/admin/dead-letters/replay`: the filters here or in the query string."""
 
     reason: Reason = NO_REASON
+
+
+class OwnDeadLetterFilter(Body):
+    """Which of the tenant's own dead letters: all the given filters at once (in a body
+    or a query string)."""
+
+    since: Timestamp | None = None
+    until: Timestamp | None = None
+    event_type: str | None = None
+
+
+class OwnBulkReplayBody(OwnDeadLetterFilter):
+    """`POST /v1/dead-letters/replay`: the filters here or in the query string."""
+
+    reason: Reason = NO_REASON
+
+
+NotificationType = Literal["delivery.dead", "destination.unhealthy", "destination.recovered"]
+
+
+class NotificationsBody(Body):
+    """`PUT /v1/notifications`: where the tenant is told about its own delivery trouble."""
+
+    url: Annotated[
+        str,
+        Meta(
+            min_length=1,
+            max_length=MAX_CALLBACK_URL,
+            description="checked as a callbackUrl is (https, every resolved address): 422 "
+            "invalid_notification_url or blocked_notification_url",
+        ),
+    ]
+    events: (
+        Annotated[
+            list[NotificationType],
+            Meta(min_length=1, description="what to be told about; left out: all of them"),
+        ]
+        | None
+    ) = None
 
 
 class PingBody(Body):
@@ -266,6 +351,17 @@ class TaskListQuery(Paging):
 class DeadLetterQuery(DeadLetterFilter):
     limit: Limit = 100
     cursor: Cursor | None = None
+
+
+class OwnDeadLetterQuery(OwnDeadLetterFilter):
+    limit: Limit = 100
+    cursor: Cursor | None = None
+
+
+class OwnReplayQuery(OwnDeadLetterFilter):
+    dry_run: Annotated[
+        bool, Meta(description="true: count the letters a replay would take, replay none")
+    ] = False
 
 
 class LimitQuery(Query):
@@ -434,6 +530,14 @@ class DeadLetterPage(Answer):
 class Replayed(Answer):
     replayed: int
     event_id: EventId | UnsetType = UNSET
+
+
+class Notifications(Answer):
+    """Where the tenant is told about its own delivery trouble, and about what."""
+
+    url: str
+    events: list[NotificationType]
+    updated_at: Time
 
 
 class Destination(Answer):

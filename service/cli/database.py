@@ -31,7 +31,8 @@ def add_parsers(sub: Any) -> None:
     key = sub.add_parser("master-key", help="manage the master key")
     actions = key.add_subparsers(dest="action", required=True)
     actions.add_parser(
-        "rotate", help=f"re-encrypt every signing secret under the key in {NEW_KEY_VAR}"
+        "rotate",
+        help=f"re-encrypt every signing secret and callback header under the key in {NEW_KEY_VAR}",
     )
 
 

@@ -137,6 +137,7 @@ def mount(admin_token: str) -> Mount:
             "/tenants/{tenant_id}/rotate-secret", g(pages.tenant_rotate_secret), methods=["POST"]
         ),
         Route("/tenants/{tenant_id}/rotate-key", g(pages.tenant_rotate_key), methods=["POST"]),
+        Route("/tenants/{tenant_id}/notifications", g(pages.tenant_notifications)),
         Route("/audit", g(pages.audit)),
         Route("/search", g(pages.search)),
         Mount(

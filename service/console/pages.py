@@ -1,5 +1,6 @@
-"""The console's pages: overview, dead letters, events, tasks, destinations, tenants,
-audit and search. Every POST passes :func:`security.check_csrf` first."""
+"""The console's pages: overview, dead letters, events, tasks, destinations, tenants
+(and each one's notifications), audit and search. Every POST passes
+:func:`security.check_csrf` first."""
 
 from __future__ import annotations
 
@@ -289,6 +290,26 @@ async def tenant_rotate_key(request: Request) -> Response:
         api_key = await rotate_api_key(conn, tenant_id)
     request.app.state.key_cache.evict_tenant(tenant_id)
     return await tenants(request, shown=[("tenant id", tenant_id), ("new API key", api_key)])
+
+
+async def tenant_notifications(request: Request) -> Response:
+    """A tenant's notification URL, the events it asked for, and its last notifications."""
+    tenant_id = request.path_params["tenant_id"]
+    async with request.app.state.pool.acquire() as conn:
+        settings = await ops.get_notifications(conn, tenant_id)
+        sent = await ops.recent_notifications(conn, tenant_id, limit=50)
+    rows = [
+        {"id": n.event_id, "type": n.event_type, "at": when(n.created_at), "state": n.state}
+        for n in sent
+    ]
+    return page(
+        request,
+        "notifications.html",
+        tenant_id=tenant_id,
+        settings=settings,
+        updated=when(settings.updated_at) if settings else "",
+        rows=rows,
+    )
 
 
 async def audit(request: Request) -> Response:

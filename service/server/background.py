@@ -45,6 +45,7 @@ def dispatcher_config(runtime: Runtime) -> DispatcherConfig:
         poll_interval_s=s.poll_interval_s,
         breaker_threshold=s.breaker_threshold,
         breaker_probe_s=s.breaker_probe_s,
+        per_host_rate=s.per_host_rate,
     )
 
 

@@ -245,6 +245,15 @@ class Settings:
             gt=0,
         ),
     ] = DispatcherConfig.tenant_concurrency
+    per_host_rate: Annotated[
+        Annotated[float, Meta(gt=0)] | None,
+        doc(
+            "most requests per second to one destination host, across every dispatcher of "
+            "the database; a held event waits, spending no attempt "
+            "([rate per host](../operations/delivery.md#rate-per-host))",
+            shown="unset (no limit)",
+        ),
+    ] = DispatcherConfig.per_host_rate
     secret_overlap_s: Annotated[
         Seconds,
         doc(
@@ -542,6 +551,8 @@ class Declaration:
         if isinstance(kind, msgspec.inspect.StrType):
             return "text"
         noun = "integer" if isinstance(kind, msgspec.inspect.IntType) else "seconds"
+        if self.name.endswith("_rate"):
+            noun = "a number"
         if isinstance(kind, msgspec.inspect.IntType | msgspec.inspect.FloatType):
             if kind.ge is not None and kind.le is not None:
                 return f"{noun}, {_number(kind.ge)} to {_number(kind.le)}"

@@ -7,7 +7,7 @@ the I/O differs. Streams and listings are async iterators: leave one early throu
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -17,7 +17,16 @@ from hookrelay.client import calls, following, retry, waiting
 from hookrelay.client.aio_driver import AsyncDriver
 from hookrelay.client.backoff import AsyncClock, AsyncSystemClock
 from hookrelay.client.base import Settings
-from hookrelay.models import Attempt, Task, TaskStatus, TerminalStatus, TestEvent
+from hookrelay.models import (
+    Attempt,
+    DeadLetter,
+    Notifications,
+    NotificationType,
+    Task,
+    TaskStatus,
+    TerminalStatus,
+    TestEvent,
+)
 
 
 class AsyncClient:
@@ -68,11 +77,14 @@ class AsyncClient:
         timeout_seconds: float | None = None,
         heartbeat_timeout_seconds: float | None = None,
         on_timeout: Any = None,
+        callback_headers: Mapping[str, str] | None = None,
         traceparent: str | None = None,
         tracestate: str | None = None,
     ) -> Task:
         """Submit a task. Lost answer: sent again with the same Idempotency-Key (one
         generated when none is given), so the server answers with the task it made.
+        ``callback_headers`` go with every attempt of its webhook (e.g. a receiver's
+        ``x-api-key``); the server keeps their values encrypted and shows only names.
         ``traceparent``/``tracestate`` (W3C): the trace every attempt of its webhook
         continues, e.g. ``TraceContextTextMapPropagator().inject(carrier)``'s."""
         plan = calls.submit(
@@ -84,6 +96,7 @@ class AsyncClient:
             timeout_seconds=timeout_seconds,
             heartbeat_timeout_seconds=heartbeat_timeout_seconds,
             on_timeout=on_timeout,
+            callback_headers=callback_headers,
             traceparent=traceparent,
             tracestate=tracestate,
         )
@@ -154,6 +167,60 @@ class AsyncClient:
     async def public_keys(self) -> list[str]:
         """The ``whpk_`` keys that sign the tenant's ``v1a`` webhooks now. Retried."""
         return await self._driver.run(calls.public_keys())
+
+    # -- the tenant's dead letters and notifications ------------------------------------
+
+    def dead_letters(
+        self,
+        *,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        event_type: str | None = None,
+        page_size: int = 100,
+    ) -> AsyncGenerator[DeadLetter, None]:
+        """The tenant's dead letters (failed in [since, until)), page after page. Each
+        page retried."""
+        return self._driver.iterate(calls.dead_letters(since, until, event_type, page_size))
+
+    async def dead_letter(self, event_id: str) -> DeadLetter:
+        """One of the tenant's dead letters with its ``attempt_history``; another
+        tenant's raises :class:`NotFound`. Retried."""
+        return await self._driver.run(calls.dead_letter(event_id))
+
+    async def replay(
+        self,
+        event_id: str | None = None,
+        *,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        event_type: str | None = None,
+        dry_run: bool = False,
+        reason: str | None = None,
+    ) -> int:
+        """Back to the outbox, same event id and body, fresh attempt budget; how many.
+
+        With ``event_id``: that letter (lost answer: sent again; the 409 "already
+        replayed" the first send caused is taken as its answer). Without: every letter
+        matching the filters; ``dry_run`` only counts them (retried), a replay is sent
+        again only if it certainly never arrived. Audited with ``reason``."""
+        if event_id is not None:
+            return await self._driver.run(calls.replay_one(event_id, reason))
+        plan = calls.replay_matching(since, until, event_type, dry_run, reason)
+        return await self._driver.run(plan)
+
+    async def notifications(self) -> Notifications | None:
+        """Where the tenant is told about its delivery trouble; None if nowhere. Retried."""
+        return await self._driver.run(calls.notifications())
+
+    async def set_notifications(
+        self, url: str, events: Sequence[NotificationType] | None = None
+    ) -> Notifications:
+        """Be told at ``url`` about ``events`` (all three when None). Retried (a PUT)."""
+        return await self._driver.run(calls.set_notifications(url, events))
+
+    async def delete_notifications(self) -> None:
+        """Be told nothing more. Retried (harmless when none are set)."""
+        await self._driver.run(calls.delete_notifications())
 
     # -- executor (admin token) -------------------------------------------------------
 

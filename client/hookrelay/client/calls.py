@@ -10,14 +10,22 @@ from __future__ import annotations
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
-from hookrelay.client.errors import Conflict
+from hookrelay.client.errors import Conflict, NotFound
 from hookrelay.client.ops import Call, Emit, Plan, Reply, Send
-from hookrelay.models import Attempt, Task, TerminalStatus, TestEvent
+from hookrelay.models import (
+    Attempt,
+    DeadLetter,
+    Notifications,
+    NotificationType,
+    Task,
+    TerminalStatus,
+    TestEvent,
+)
 
 
 def task_path(task_id: str, tail: str = "") -> str:
@@ -28,12 +36,12 @@ def task_of(reply: Reply) -> Task:
     return Task.from_json(reply.response.json())
 
 
-def timestamp(value: datetime | str) -> str:
-    """An ``updatedAfter`` value; a datetime must carry its time zone."""
+def timestamp(value: datetime | str, name: str = "updated_after") -> str:
+    """An ``updatedAfter`` (``since``, ``until``) value; a datetime must carry its time zone."""
     if isinstance(value, str):
         return value
     if value.tzinfo is None:
-        raise ValueError("updated_after needs a time zone (e.g. datetime.now(UTC))")
+        raise ValueError(f"{name} needs a time zone (e.g. datetime.now(UTC))")
     return value.isoformat()
 
 
@@ -72,6 +80,7 @@ def submit(
     timeout_seconds: float | None = None,
     heartbeat_timeout_seconds: float | None = None,
     on_timeout: Any = None,
+    callback_headers: Mapping[str, str] | None = None,
     traceparent: str | None = None,
     tracestate: str | None = None,
 ) -> Plan[Task]:
@@ -82,6 +91,7 @@ def submit(
         "timeoutSeconds": timeout_seconds,
         "heartbeatTimeoutSeconds": heartbeat_timeout_seconds,
         "onTimeout": on_timeout,
+        "callbackHeaders": None if callback_headers is None else dict(callback_headers),
     }
     body.update({k: v for k, v in optional.items() if v is not None})
     # One key for every send of this submit: the server answers a repeat with the
@@ -205,3 +215,103 @@ def public_keys() -> Plan[list[str]]:
     """The tenant's ``whpk_`` keys that sign now (``GET /v1/signing-keys``)."""
     reply = yield Send(Call("GET", "/v1/signing-keys"))
     return [k["publicKey"] for k in reply.response.json()["data"] if k.get("publicKey")]
+
+
+# -- dead letters and notifications ------------------------------------------------------
+
+
+def letter_path(event_id: str, tail: str = "") -> str:
+    return f"/v1/dead-letters/{quote(event_id, safe='')}{tail}"
+
+
+def _letter_filter(
+    since: datetime | str | None, until: datetime | str | None, event_type: str | None
+) -> dict[str, str]:
+    params: dict[str, str] = {}
+    if since is not None:
+        params["since"] = timestamp(since, "since")
+    if until is not None:
+        params["until"] = timestamp(until, "until")
+    if event_type is not None:
+        params["eventType"] = event_type
+    return params
+
+
+def dead_letters(
+    since: datetime | str | None, until: datetime | str | None, event_type: str | None, limit: int
+) -> Plan[None]:
+    """Every dead letter of the tenant's matching the filters, page after page."""
+    cursor: str | None = None
+    while True:
+        params = {**_letter_filter(since, until, event_type), "limit": str(limit)}
+        if cursor is not None:
+            params["cursor"] = cursor
+        reply = yield Send(Call("GET", "/v1/dead-letters", params=params))
+        body = reply.response.json()
+        for letter in body["data"]:
+            yield Emit(DeadLetter.from_json(letter))
+        if (cursor := body.get("nextCursor")) is None:
+            return
+
+
+def dead_letter(event_id: str) -> Plan[DeadLetter]:
+    reply = yield Send(Call("GET", letter_path(event_id)))
+    return DeadLetter.from_json(reply.response.json())
+
+
+def replay_one(event_id: str, reason: str | None) -> Plan[int]:
+    """Replay one letter; 1. A 409 "already replayed" after more than one send means the
+    first send replayed it (only its answer was lost)."""
+    body = {"reason": reason} if reason is not None else None
+    try:
+        yield Send(Call("POST", letter_path(event_id, "/replay"), body=body))
+    except Conflict as exc:
+        if exc.attempts > 1 and exc.code == "already_replayed":
+            return 1
+        raise
+    return 1
+
+
+def replay_matching(
+    since: datetime | str | None,
+    until: datetime | str | None,
+    event_type: str | None,
+    dry_run: bool,
+    reason: str | None,
+) -> Plan[int]:
+    """How many letters a bulk replay took (or, with ``dry_run``, would take)."""
+    params = _letter_filter(since, until, event_type)
+    if dry_run:
+        params["dryRun"] = "true"
+    body = {"reason": reason} if reason is not None else None
+    # A dry run only counts: safe to send again. A replay sent again would replay the
+    # letters that died again meanwhile: only when the first certainly never arrived.
+    call = Call(
+        "POST", "/v1/dead-letters/replay", body=body, params=params,
+        retry="safe" if dry_run else "unsent",
+    )  # fmt: skip
+    reply = yield Send(call)
+    return int(reply.response.json()["replayed"])
+
+
+def notifications() -> Plan[Notifications | None]:
+    """The tenant's notification settings; None while none are set."""
+    try:
+        reply = yield Send(Call("GET", "/v1/notifications"))
+    except NotFound:
+        return None
+    return Notifications.from_json(reply.response.json())
+
+
+def set_notifications(url: str, events: Sequence[NotificationType] | None) -> Plan[Notifications]:
+    # A PUT: sent again, it sets the same thing.
+    body: dict[str, Any] = {"url": url}
+    if events is not None:
+        body["events"] = list(events)
+    reply = yield Send(Call("PUT", "/v1/notifications", body=body))
+    return Notifications.from_json(reply.response.json())
+
+
+def delete_notifications() -> Plan[None]:
+    # 204 whether or not any were set: sent again, harmless.
+    yield Send(Call("DELETE", "/v1/notifications"))

@@ -56,18 +56,30 @@ def _answer(step: Step, row: Row | None) -> Any:
     return step.decode(row) if row is not None and step.decode else None
 
 
-async def run(conn: object, plan: Plan[T]) -> T:
-    """Run ``plan`` on ``conn`` (asyncpg, psycopg async, SQLAlchemy async), atomically."""
+async def run(conn: object, plan: Plan[T], *, atomic: bool = True) -> T:
+    """Run ``plan`` on ``conn`` (asyncpg, psycopg async, SQLAlchemy async), atomically.
+
+    ``atomic`` False: no transaction of its own, so on a connection with none open
+    each step commits by itself (autocommit). Only for a plan that writes with one
+    statement (``state_changes.autocommit_plan``): a single-statement write then
+    costs one round trip, not three (BEGIN, the statement, COMMIT).
+    """
     driver = async_driver(conn)
     with _running(driver, plan):
+        if not atomic:
+            return await _steps(driver, plan)
         async with driver.atomic():
-            sent: Any = None
-            while True:
-                try:
-                    step = plan.send(sent)
-                except StopIteration as done:
-                    return cast(T, done.value)
-                sent = _answer(step, await driver.fetch(step))
+            return await _steps(driver, plan)
+
+
+async def _steps(driver: AsyncDriver, plan: Plan[T]) -> T:
+    sent: Any = None
+    while True:
+        try:
+            step = plan.send(sent)
+        except StopIteration as done:
+            return cast(T, done.value)
+        sent = _answer(step, await driver.fetch(step))
 
 
 def run_sync(conn: object, plan: Plan[T]) -> T:

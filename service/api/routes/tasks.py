@@ -48,6 +48,7 @@ async def submit(request: Request) -> Response:
         timeout_s=body.timeout_seconds,
         heartbeat_timeout_s=body.heartbeat_timeout_seconds,
         on_timeout=None if body.on_timeout is None else msgspec.to_builtins(body.on_timeout),
+        callback_headers=body.callback_headers,
         # The submitter's W3C trace context; a malformed one is ignored, as the
         # specification says (the task then starts a trace of its own).
         trace=tracing.parse(
@@ -56,7 +57,9 @@ async def submit(request: Request) -> Response:
     )
     idem = Idempotency(key, validation.canonical_hash(body)) if key else None
     async with request.app.state.pool.acquire() as conn:
-        task, created = await create_task(conn, tenant_id, spec, idempotency=idem)
+        task, created = await create_task(
+            conn, tenant_id, spec, idempotency=idem, box=state.secret_box
+        )
     headers = {"Location": f"/v1/tasks/{task.id}"}
     if created:
         request.app.state.signals.committed(task.id)
@@ -141,13 +144,16 @@ async def index(request: Request) -> Response:
     return Response(body, media_type="application/json")
 
 
-# The API's own writes send no NOTIFY in their transaction (``notify=False``):
-# ``_apply`` signals after the commit instead (service/live/wakeups.py says why).
+# The API's own writes are one statement each, under autocommit (``autocommit=True``:
+# one round trip, no BEGIN or COMMIT), and send no NOTIFY: ``_apply`` signals after
+# the commit instead (service/live/wakeups.py says why).
 
 
 async def start(request: Request) -> Response:
     await require_admin(request)
-    return await _apply(request, lambda conn, tid: outbox_tasks.start_task(conn, tid, notify=False))
+    return await _apply(
+        request, lambda conn, tid: outbox_tasks.start_task(conn, tid, autocommit=True)
+    )
 
 
 async def complete(request: Request) -> Response:
@@ -156,7 +162,7 @@ async def complete(request: Request) -> Response:
     return await _apply(
         request,
         lambda conn, tid: outbox_tasks.complete_task(
-            conn, tid, body.status, body.result, body.error, notify=False
+            conn, tid, body.status, body.result, body.error, autocommit=True
         ),
     )
 
@@ -167,7 +173,7 @@ async def progress(request: Request) -> Response:
     return await _apply(
         request,
         lambda conn, tid: outbox_tasks.report_progress(
-            conn, tid, body.percent, body.message, notify=False
+            conn, tid, body.percent, body.message, autocommit=True
         ),
     )
 
@@ -178,7 +184,7 @@ async def cancel(request: Request) -> Response:
     return await _apply(
         request,
         lambda conn, tid: outbox_tasks.cancel_task(
-            conn, tid, tenant_id=who.tenant_id, notify=False
+            conn, tid, tenant_id=who.tenant_id, autocommit=True
         ),
     )
 

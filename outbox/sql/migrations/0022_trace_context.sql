@@ -1,5 +1,5 @@
 -- hookrelay: runs beside older releases
--- 0023: the W3C trace context a task's submitter sent (traceparent, tracestate), kept
+-- 0022: the W3C trace context a task's submitter sent (traceparent, tracestate), kept
 -- for every attempt of its webhook, which sends a traceparent of that trace with the
 -- attempt's own span id. A table of its own, not columns of tasks: a release running
 -- beside this one caches the plans of its `SELECT *` and `RETURNING *` on tasks, and
