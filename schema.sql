@@ -595,3 +595,13 @@ DROP TRIGGER IF EXISTS destinations_recovered ON destinations;
 CREATE TRIGGER destinations_recovered AFTER UPDATE OF state ON destinations
     FOR EACH ROW WHEN (OLD.state <> 'closed' AND NEW.state = 'closed')
     EXECUTE FUNCTION notify_recovered();
+
+-- The W3C trace context a task was submitted with (0022): every attempt of its webhook
+-- sends a traceparent of that trace with the attempt's own span id. A table of its own
+-- so that no plan an older release caches on tasks changes shape; only tasks submitted
+-- with a trace context have a row.
+CREATE TABLE IF NOT EXISTS task_traces (
+    task_id     text PRIMARY KEY REFERENCES tasks (id) ON DELETE CASCADE,
+    traceparent text NOT NULL,
+    tracestate  text
+);

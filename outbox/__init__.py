@@ -18,7 +18,7 @@ contracts; the package map in CONTRIBUTING.md)::
     ops | keys | egress
     store
     sql | destinations
-    errors | ids | metrics | models
+    errors | ids | metrics | models | tracing
 """
 
 from hookrelay.outbox import sync

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from hookrelay.outbox import tracing
 from hookrelay.outbox.models import Task, TerminalStatus
 from hookrelay.outbox.store.drivers import run_sync
 from hookrelay.outbox.tasks.progress import progress_plan
@@ -38,9 +39,16 @@ if TYPE_CHECKING:
 __all__ = ["cancel_task", "complete_task", "report_progress", "start_task", "timeout_task"]
 
 
-def start_task(conn: Connection, task_id: str) -> Task:
-    """queued → running."""
-    return run_sync(conn, start_plan(task_id))
+def start_task(
+    conn: Connection,
+    task_id: str,
+    *,
+    traceparent: str | None = None,
+    tracestate: str | None = None,
+) -> Task:
+    """queued → running; ``traceparent``/``tracestate`` as in :func:`outbox.start_task`."""
+    with tracing.change("start", task_id, traceparent, tracestate):
+        return run_sync(conn, start_plan(task_id))
 
 
 def complete_task(
@@ -51,14 +59,31 @@ def complete_task(
     error: Any = None,
     *,
     tenant_id: str | None = None,
+    traceparent: str | None = None,
+    tracestate: str | None = None,
 ) -> Task:
     """As :func:`outbox.complete_task`: a live task → terminal ``status``, with its event."""
-    return run_sync(conn, complete_plan(task_id, status, result, error, tenant_id=tenant_id))
+    with tracing.change("complete", task_id, traceparent, tracestate, status=status):
+        return run_sync(conn, complete_plan(task_id, status, result, error, tenant_id=tenant_id))
 
 
-def cancel_task(conn: Connection, task_id: str, *, tenant_id: str | None = None) -> Task:
+def cancel_task(
+    conn: Connection,
+    task_id: str,
+    *,
+    tenant_id: str | None = None,
+    traceparent: str | None = None,
+    tracestate: str | None = None,
+) -> Task:
     """→ cancelled, with a ``task.cancelled`` event."""
-    return complete_task(conn, task_id, "cancelled", tenant_id=tenant_id)
+    return complete_task(
+        conn,
+        task_id,
+        "cancelled",
+        tenant_id=tenant_id,
+        traceparent=traceparent,
+        tracestate=tracestate,
+    )
 
 
 def timeout_task(conn: Connection, task_id: str, reason: TimeoutReason = "deadline") -> Task:
@@ -73,6 +98,9 @@ def report_progress(
     message: str | None = None,
     *,
     tenant_id: str | None = None,
+    traceparent: str | None = None,
+    tracestate: str | None = None,
 ) -> Task:
     """As :func:`outbox.report_progress`: progress on a running task, pushed at commit."""
-    return run_sync(conn, progress_plan(task_id, percent, message, tenant_id=tenant_id))
+    with tracing.change("progress", task_id, traceparent, tracestate):
+        return run_sync(conn, progress_plan(task_id, percent, message, tenant_id=tenant_id))

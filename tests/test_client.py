@@ -273,6 +273,24 @@ def test_deliveries_and_redeliver_of_a_verified_webhook(client, partner, sink) -
     assert events[0].task is not None and events[0].task.result == {"ok": True}
 
 
+def test_a_submitters_trace_context_reaches_every_attempt(client, partner, sink) -> None:
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    task = client.submit(
+        "t",
+        callback_url=sink.url,
+        traceparent=f"00-{trace_id}-00f067aa0ba902b7-01",
+        tracestate="congo=t61rcWkgMzE",
+    )
+    client.complete(task.id, "succeeded")
+    until(lambda: client.get(task.id).delivery.status == "delivered", what="delivered")
+    client.redeliver(task.id)
+    until(lambda: len(sink.received) == 2, what="the redelivery")
+    traces = [verify(h, b, secrets=[partner["signingSecret"]]).trace for h, b in sink.received]
+    assert all(t is not None and t.trace_id == trace_id for t in traces)
+    assert all(t is not None and t.state == "congo=t61rcWkgMzE" for t in traces)
+    assert len({t.span_id for t in traces if t is not None}) == 2
+
+
 def test_cancel_and_its_conflict(client) -> None:
     task = client.submit("t", callback_url=HOOK)
     assert client.cancel(task.id).status == "cancelled"

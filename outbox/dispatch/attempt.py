@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
+from hookrelay.outbox import tracing
 from hookrelay.outbox.dispatch.retry import RetryPolicy, parse_retry_after
 from hookrelay.outbox.egress.http import Sender
 from hookrelay.outbox.egress.ssrf import AddressPolicy
@@ -24,6 +26,9 @@ from hookrelay.outbox.errors import BlockedDestination, InvalidCallbackUrl, Tran
 from hookrelay.outbox.keys.signing import Signer
 from hookrelay.outbox.models import Outcome
 from hookrelay.outbox.store.delivery import ClaimedEvent
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 __all__ = ["AttemptLimits", "AttemptResult", "ClaimedEvent", "attempt"]
 
@@ -130,11 +135,20 @@ async def attempt(
     prefix: str | None = None
     retry_after: float | None = None
     deadline: Deadline | None = None
+    otel: Span | None = None
     try:
         # The URL was checked at submit; checking again here catches IP-literal
         # hosts, which never reach the guarded resolver.
         _check_url(addresses, event.callback_url)
         headers = signer.headers(event.event_id, int(time.time()), event.body)
+        trace = event.trace or tracing.derived(event.event_id)
+        if tracing.enabled():
+            otel = _attempt_span(event, trace)
+        traceparent, tracestate = trace
+        assert traceparent is not None  # task_traces.traceparent is NOT NULL
+        headers["traceparent"] = tracing.attempt_traceparent(traceparent, otel)
+        if tracestate:
+            headers["tracestate"] = tracestate
         if event.callback_headers:  # the task's own; none may shadow the signed ones
             headers = {**event.callback_headers, **headers}
         deadline = Deadline(
@@ -154,6 +168,8 @@ async def attempt(
         outcome, error, retry_after = _judge(status, reply.headers)
     except asyncio.CancelledError:
         if deadline is None or not deadline.caused():
+            if otel is not None:
+                otel.end()
             raise  # someone else's (a shutdown): theirs to handle
         # Ours alone: the attempt ran out of time; the task goes on.
         outcome, error = "retry", f"timed out after {limits.total_timeout_s:g}s"
@@ -177,4 +193,44 @@ async def attempt(
         else:
             delay = policy.next_delay(event.budget_used + 1, retry_after=retry_after)
             next_at = attempted_at + timedelta(seconds=delay)
+    if otel is not None:
+        _end_span(otel, outcome, duration_ms, status, error)
     return AttemptResult(event, outcome, attempted_at, duration_ms, status, error, prefix, next_at)
+
+
+def _attempt_span(event: ClaimedEvent, trace: Sequence[str | None]) -> Span | None:
+    """The attempt's span, a child of the task's trace context (tracing is on)."""
+    url = urlsplit(event.callback_url)
+    return tracing.start(
+        "hookrelay.attempt",
+        parent=tracing.parse(trace[0], trace[1]),
+        kind="client",
+        attributes={
+            "http.request.method": "POST",
+            "server.address": url.hostname or "",
+            "server.port": url.port or (443 if url.scheme == "https" else 80),
+            # the destination as the circuit breaker and GET /v1/admin/destinations name it
+            "hookrelay.destination": event.host,
+            "hookrelay.attempt.number": event.attempts + 1,
+            "hookrelay.event.id": event.event_id,
+            "hookrelay.event.type": event.event_type,
+            "hookrelay.task.id": event.task_id or "",
+            "hookrelay.tenant.id": event.tenant_id,
+        },
+    )
+
+
+def _end_span(
+    otel: Span,
+    outcome: Outcome,
+    duration_ms: float,
+    status: int | None,
+    error: str | None,
+) -> None:
+    otel.set_attribute("hookrelay.attempt.duration_ms", duration_ms)
+    otel.set_attribute("hookrelay.attempt.outcome", outcome)
+    if status is not None:
+        otel.set_attribute("http.response.status_code", status)
+    if outcome != "delivered":
+        tracing.failed(otel, error)
+    otel.end()

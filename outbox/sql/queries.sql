@@ -189,6 +189,24 @@ WITH task AS ({{_new_task}}), {{_task_host}}, {{_new_task_headers}},
               SELECT tenant_id, $13, $14, id FROM task)
 SELECT *, $12::text[] AS callback_header_names FROM task;
 
+-- name: insert_task_traced
+-- A submit with a W3C trace context ($13 traceparent, $14 tracestate, checked by the
+-- caller; 0022): the task and its trace in one statement. A submit with none writes
+-- no trace row (its webhooks' trace-id is derived from the event id).
+WITH task AS ({{_new_task}}), {{_task_host}}, {{_new_task_headers}},
+     traced AS (INSERT INTO task_traces (task_id, traceparent, tracestate)
+                SELECT id, $13, $14 FROM task)
+SELECT *, $12::text[] AS callback_header_names FROM task;
+
+-- name: insert_task_keyed_traced
+-- Both: an Idempotency-Key ($13, request hash $14) and a trace context ($15, $16).
+WITH task AS ({{_new_task}}), {{_task_host}}, {{_new_task_headers}},
+     kept AS (INSERT INTO idempotency_keys (tenant_id, key, request_hash, task_id)
+              SELECT tenant_id, $13, $14, id FROM task),
+     traced AS (INSERT INTO task_traces (task_id, traceparent, tracestate)
+                SELECT id, $15, $16 FROM task)
+SELECT *, $12::text[] AS callback_header_names FROM task;
+
 -- name: _task_as_text
 -- A task row with its jsonb columns as JSON text, for the statements an
 -- executor's transaction runs (on whatever connection it holds): text reads the
@@ -475,7 +493,11 @@ RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url
           (SELECT t.secret_version FROM tenants t WHERE t.id = o.tenant_id),
           o.lost_leases,
           -- The task's callback headers, sealed (NULL for none, and for a test event).
-          (SELECT h.sealed FROM callback_headers h WHERE h.task_id = o.task_id);
+          (SELECT h.sealed FROM callback_headers h WHERE h.task_id = o.task_id),
+          -- The task's trace context (0022), sent on with the attempt: NULL for a
+          -- test event, or a task submitted without one.
+          (SELECT ARRAY[tt.traceparent, tt.tracestate] FROM task_traces tt
+            WHERE tt.task_id = o.task_id);
 
 -- name: claim_probe
 -- The single row a granted probe sends to host $1 (take_probes made its circuit
@@ -507,7 +529,11 @@ RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url
           (SELECT t.secret_version FROM tenants t WHERE t.id = o.tenant_id),
           o.lost_leases,
           -- The task's callback headers, sealed (NULL for none, and for a test event).
-          (SELECT h.sealed FROM callback_headers h WHERE h.task_id = o.task_id);
+          (SELECT h.sealed FROM callback_headers h WHERE h.task_id = o.task_id),
+          -- The task's trace context (0022), sent on with the attempt: NULL for a
+          -- test event, or a task submitted without one.
+          (SELECT ARRAY[tt.traceparent, tt.tracestate] FROM task_traces tt
+            WHERE tt.task_id = o.task_id);
 
 -- name: take_host_tokens
 -- HOOKRELAY_PER_HOST_RATE, shared by every dispatcher of the database: for each

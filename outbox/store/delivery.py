@@ -52,6 +52,9 @@ class ClaimedEvent:
     # none; the dispatcher opens them into ``callback_headers`` before the attempt.
     # Kept out of repr, so no log line of an event can show a value.
     headers_enc: bytes | None = field(default=None, repr=False)
+    # The task's W3C trace context, ``[traceparent, tracestate]``; None when it has
+    # none (a test event, or a task an older release submitted).
+    trace: Sequence[str | None] | None = None
     callback_headers: Mapping[str, str] | None = field(default=None, repr=False)
 
 
@@ -75,10 +78,11 @@ def _events(rows: Sequence[asyncpg.Record], token: UUID) -> list[ClaimedEvent]:
     # The hot path: one construction per row, positional in RETURNING's order.
     return [
         ClaimedEvent(
-            r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], token, r[11], r[12]
+            r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], token,
+            r[11], r[12], r[13],
         )
         for r in rows
-    ]
+    ]  # fmt: skip
 
 
 async def claim_lanes(

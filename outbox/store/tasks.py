@@ -26,6 +26,8 @@ from hookrelay.outbox.store.steps import Step
 
 _INSERT_TASK = sql("insert_task")
 _INSERT_TASK_KEYED = sql("insert_task_keyed")
+_INSERT_TASK_TRACED = sql("insert_task_traced")
+_INSERT_TASK_KEYED_TRACED = sql("insert_task_keyed_traced")
 _GET_TASK = sql("get_task")
 _LOCK_TASK = sql("lock_task")
 _LIST_TASKS = sql("list_tasks")
@@ -78,6 +80,7 @@ async def insert_task(
     callback_host: str | None = None,
     callback_headers: tuple[bytes | None, list[str] | None] = (None, None),
     idempotency: tuple[str, bytes] | None = None,
+    trace: tuple[str, str | None] | None = None,
 ) -> Task:
     """A new queued task; ``timeout_s`` None means no deadline. ``callback_host``:
     the callback URL's destination key, kept in ``destination_keys``, which lets
@@ -87,15 +90,22 @@ async def insert_task(
     ``idempotency`` (key, request hash) stores the key with it, in the same
     statement; :class:`IdempotencyInFlight` if a racing request stored it first.
     ``callback_headers``: the sealed headers and their names (None, None for none).
+    ``trace`` is the submitter's (traceparent, tracestate), already checked; None
+    writes no trace row.
     """
     args = (
         *(task_id, tenant_id, type, input, callback_url, metadata),
         *(timeout_s, heartbeat_timeout_s, on_timeout, callback_host, *callback_headers),
     )
     if idempotency is None:
-        return Task.from_row(await conn.fetchrow(_INSERT_TASK, *args))
+        if trace is None:
+            return Task.from_row(await conn.fetchrow(_INSERT_TASK, *args))
+        return Task.from_row(await conn.fetchrow(_INSERT_TASK_TRACED, *args, *trace))
     try:
-        row = await conn.fetchrow(_INSERT_TASK_KEYED, *args, *idempotency)
+        if trace is None:
+            row = await conn.fetchrow(_INSERT_TASK_KEYED, *args, *idempotency)
+        else:
+            row = await conn.fetchrow(_INSERT_TASK_KEYED_TRACED, *args, *idempotency, *trace)
     except asyncpg.UniqueViolationError as exc:
         # The advisory lock makes this unreachable in practice; if two
         # requests still meet here, the loser must not create a task.

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from hookrelay.outbox import tracing
 from hookrelay.outbox.errors import InvalidTransition, ProgressBackwards, TaskNotFound
 from hookrelay.outbox.models import Task
 from hookrelay.outbox.store import tasks
@@ -82,6 +83,8 @@ async def report_progress(
     tenant_id: str | None = None,
     notify: bool = True,
     autocommit: bool = False,
+    traceparent: str | None = None,
+    tracestate: str | None = None,
 ) -> Task:
     """Record progress on a running task (and push it to its watchers at commit;
     ``notify`` and ``autocommit``: see ``outbox.complete_task``: the report is one
@@ -92,5 +95,6 @@ async def report_progress(
     Both carry the task as it is now.
     """
     notify = notify and not autocommit
-    plan = progress_plan(task_id, percent, message, tenant_id=tenant_id, notify=notify)
-    return await run(conn, plan, atomic=not autocommit)
+    with tracing.change("progress", task_id, traceparent, tracestate):
+        plan = progress_plan(task_id, percent, message, tenant_id=tenant_id, notify=notify)
+        return await run(conn, plan, atomic=not autocommit)

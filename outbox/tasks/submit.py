@@ -9,7 +9,7 @@ from typing import Any
 
 import asyncpg
 
-from hookrelay.outbox import ids
+from hookrelay.outbox import ids, tracing
 from hookrelay.outbox.destinations import host_key
 from hookrelay.outbox.errors import (
     ConfigurationError,
@@ -21,6 +21,7 @@ from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.keys.callback_headers import seal
 from hookrelay.outbox.models import Task, TaskId
 from hookrelay.outbox.store import tasks as store
+from hookrelay.outbox.tracing import TraceContext
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,9 @@ class NewTask:
     # Sent with every attempt of its webhook (keys.callback_headers, checked by the
     # caller); sealed under the master key, so create_task needs the box.
     callback_headers: Mapping[str, str] | None = None
+    # The submitter's W3C trace context, kept for every attempt of the task's webhook
+    # (hookrelay.outbox.tracing).
+    trace: TraceContext | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +93,9 @@ async def _insert(
     sealed, names = None, None
     if spec.callback_headers and box is not None:
         sealed, names = seal(box, task_id, spec.callback_headers), list(spec.callback_headers)
+    # The submitter's, else the submit request's span when tracing is on; else none
+    # is stored and the webhook's trace-id comes from its event id.
+    trace = spec.trace or tracing.current()
     return await store.insert_task(
         conn,
         task_id=task_id,
@@ -103,6 +110,7 @@ async def _insert(
         callback_host=_destination(spec.callback_url),
         callback_headers=(sealed, names),
         idempotency=idempotency,
+        trace=None if trace is None else (trace.traceparent, trace.state),
     )
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from hookrelay.outbox import tracing
 from hookrelay.outbox.models import TERMINAL_STATUSES, Task, TerminalStatus
 from hookrelay.outbox.store.drivers import run
 from hookrelay.outbox.tasks.state_changes import (
@@ -55,14 +56,27 @@ __all__ = [
 
 
 async def start_task(
-    conn: Connection, task_id: str, *, notify: bool = True, autocommit: bool = False
+    conn: Connection,
+    task_id: str,
+    *,
+    notify: bool = True,
+    autocommit: bool = False,
+    traceparent: str | None = None,
+    tracestate: str | None = None,
 ) -> Task:
-    """queued → running. ``autocommit``: see :func:`complete_task`."""
-    if autocommit:
-        task = await run(conn, autocommit_plan(task_id, "running"), atomic=False)
-        assert task is not None, "a start is always one statement"
-        return task
-    return await run(conn, start_plan(task_id, notify=notify))
+    """queued → running. ``autocommit``: see :func:`complete_task`.
+
+    ``traceparent``/``tracestate`` (W3C, the executor's): the parent of this change's
+    span when tracing is on (``hookrelay.outbox.tracing``); malformed ones are ignored.
+    The task keeps its submitter's trace context either way. The same holds for every
+    function here.
+    """
+    with tracing.change("start", task_id, traceparent, tracestate):
+        if autocommit:
+            task = await run(conn, autocommit_plan(task_id, "running"), atomic=False)
+            assert task is not None, "a start is always one statement"
+            return task
+        return await run(conn, start_plan(task_id, notify=notify))
 
 
 async def complete_task(
@@ -75,6 +89,8 @@ async def complete_task(
     tenant_id: str | None = None,
     notify: bool = True,
     autocommit: bool = False,
+    traceparent: str | None = None,
+    tracestate: str | None = None,
 ) -> Task:
     """Move a live task to a terminal ``status`` and enqueue its webhook event.
 
@@ -87,15 +103,16 @@ async def complete_task(
     caller wakes dispatchers and watchers after the commit, ``notify`` is
     ignored). A task submitted by a release before 0018 still takes a transaction.
     """
-    if autocommit:
-        once = autocommit_plan(task_id, status, result, error, tenant_id=tenant_id)
-        task = await run(conn, once, atomic=False)
-        if task is not None:
-            return task
-        notify = False
-    return await run(
-        conn, complete_plan(task_id, status, result, error, tenant_id=tenant_id, notify=notify)
-    )
+    with tracing.change("complete", task_id, traceparent, tracestate, status=status):
+        if autocommit:
+            once = autocommit_plan(task_id, status, result, error, tenant_id=tenant_id)
+            task = await run(conn, once, atomic=False)
+            if task is not None:
+                return task
+            notify = False
+        return await run(
+            conn, complete_plan(task_id, status, result, error, tenant_id=tenant_id, notify=notify)
+        )
 
 
 async def cancel_task(
@@ -105,10 +122,19 @@ async def cancel_task(
     tenant_id: str | None = None,
     notify: bool = True,
     autocommit: bool = False,
+    traceparent: str | None = None,
+    tracestate: str | None = None,
 ) -> Task:
     """→ cancelled, with a ``task.cancelled`` event."""
     return await complete_task(
-        conn, task_id, "cancelled", tenant_id=tenant_id, notify=notify, autocommit=autocommit
+        conn,
+        task_id,
+        "cancelled",
+        tenant_id=tenant_id,
+        notify=notify,
+        autocommit=autocommit,
+        traceparent=traceparent,
+        tracestate=tracestate,
     )
 
 

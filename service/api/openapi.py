@@ -184,6 +184,27 @@ IDEMPOTENCY_KEY: Schema = {
     "schema": msgspec.json.schema(shapes.IdempotencyKey),
 }
 
+# W3C Trace Context (https://www.w3.org/TR/trace-context/): never refused, a malformed
+# value is ignored, as the specification says.
+TRACE_CONTEXT: list[Schema] = [
+    {
+        "name": "traceparent",
+        "in": "header",
+        "required": False,
+        "schema": {"type": "string"},
+        "description": "W3C traceparent: the request's span is its child; on a submit, "
+        "the task keeps it and every attempt of its webhook continues that trace "
+        "(a malformed one is ignored)",
+    },
+    {
+        "name": "tracestate",
+        "in": "header",
+        "required": False,
+        "schema": {"type": "string"},
+        "description": "W3C tracestate, kept and passed on with traceparent",
+    },
+]
+
 
 def _p(name: str) -> Schema:
     return {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
@@ -236,7 +257,7 @@ def spec() -> Schema:
                     op_id="submitTask",
                     links=TASK_LINKS,
                     body=shapes.SubmitBody,
-                    params=[IDEMPOTENCY_KEY],
+                    params=[IDEMPOTENCY_KEY, *TRACE_CONTEXT],
                     errors=(400, 401, 403, 409, 413, 415, 422),
                 ),
                 "get": _op(
@@ -297,7 +318,7 @@ def spec() -> Schema:
                 "post": _op(
                     "queued → running (admin)",
                     (200, task),
-                    params=tid,
+                    params=[*tid, *TRACE_CONTEXT],
                     errors=(401, 403, 404, 409),
                     op_id="startTask",
                 )
@@ -307,7 +328,7 @@ def spec() -> Schema:
                     "→ terminal (admin)",
                     (200, task),
                     op_id="completeTask",
-                    params=tid,
+                    params=[*tid, *TRACE_CONTEXT],
                     body=shapes.CompleteBody,
                     errors=(400, 401, 403, 404, 409, 422),
                 )
@@ -316,7 +337,7 @@ def spec() -> Schema:
                 "post": _op(
                     "→ cancelled",
                     (200, task),
-                    params=tid,
+                    params=[*tid, *TRACE_CONTEXT],
                     body=shapes.NoBody,
                     body_required=False,
                     errors=(401, 404, 409, 422),
@@ -328,7 +349,7 @@ def spec() -> Schema:
                     "Progress of a running task (admin); also the executor's heartbeat",
                     (200, task),
                     body=shapes.ProgressBody,
-                    params=tid,
+                    params=[*tid, *TRACE_CONTEXT],
                     errors=(400, 401, 403, 404, 409, 422),
                 )
             },

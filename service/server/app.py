@@ -16,6 +16,7 @@ from hookrelay.outbox.egress import Resolver
 from hookrelay.outbox.store import create_pool
 from hookrelay.service import console
 from hookrelay.service.api import openapi
+from hookrelay.service.api import tracing as api_tracing
 from hookrelay.service.api.auth import KeyCache, revocations
 from hookrelay.service.api.errors import HANDLERS
 from hookrelay.service.api.request_guard import GuardMiddleware
@@ -31,6 +32,7 @@ from hookrelay.service.api.routes import (
     tasks,
     testevents,
 )
+from hookrelay.service.api.tracing import TracingMiddleware
 from hookrelay.service.console.security import SignInThrottle
 from hookrelay.service.live import StreamHub, sse_routes, ws_routes
 from hookrelay.service.live.long_poll import TaskWatcher
@@ -99,7 +101,11 @@ def create_app(
             console.mount(runtime.admin_token),
         ],
         exception_handlers=HANDLERS,
-        middleware=[Middleware(GuardMiddleware)],
+        middleware=[
+            # Outermost, so a request the guard refuses has its span too.
+            *([Middleware(TracingMiddleware)] if api_tracing.configure() else []),
+            Middleware(GuardMiddleware),
+        ],
         lifespan=lifespan,
     )
     # /v1/tasks/ is a 404, not a redirect built from the client's Host header.

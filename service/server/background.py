@@ -23,6 +23,7 @@ from hookrelay.outbox.dispatch import AttemptLimits, Dispatcher, DispatcherConfi
 from hookrelay.outbox.egress import build_sender
 from hookrelay.outbox.store import create_pool
 from hookrelay.outbox.tasks import sweeping
+from hookrelay.service.api import tracing as api_tracing
 from hookrelay.service.live.wakeups import Signals
 from hookrelay.service.server import event_loop as serving
 from hookrelay.service.server.prerequisites import Runtime
@@ -51,6 +52,8 @@ def dispatcher_config(runtime: Runtime) -> DispatcherConfig:
 def make_dispatcher(runtime: Runtime, pool: asyncpg.Pool) -> Dispatcher:
     config = dispatcher_config(runtime)
     s = runtime.settings
+    # Spans of the attempts when OTEL_EXPORTER_OTLP_* asks for them (and the extra is in).
+    api_tracing.configure()
     sender = build_sender(
         config.addresses,
         concurrency=s.concurrency,

@@ -78,11 +78,15 @@ class AsyncClient:
         heartbeat_timeout_seconds: float | None = None,
         on_timeout: Any = None,
         callback_headers: Mapping[str, str] | None = None,
+        traceparent: str | None = None,
+        tracestate: str | None = None,
     ) -> Task:
         """Submit a task. Lost answer: sent again with the same Idempotency-Key (one
         generated when none is given), so the server answers with the task it made.
         ``callback_headers`` go with every attempt of its webhook (e.g. a receiver's
-        ``x-api-key``); the server keeps their values encrypted and shows only names."""
+        ``x-api-key``); the server keeps their values encrypted and shows only names.
+        ``traceparent``/``tracestate`` (W3C): the trace every attempt of its webhook
+        continues, e.g. ``TraceContextTextMapPropagator().inject(carrier)``'s."""
         plan = calls.submit(
             type,
             callback_url=callback_url,
@@ -93,6 +97,8 @@ class AsyncClient:
             heartbeat_timeout_seconds=heartbeat_timeout_seconds,
             on_timeout=on_timeout,
             callback_headers=callback_headers,
+            traceparent=traceparent,
+            tracestate=tracestate,
         )
         return await self._driver.run(plan)
 

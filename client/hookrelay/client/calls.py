@@ -81,6 +81,8 @@ def submit(
     heartbeat_timeout_seconds: float | None = None,
     on_timeout: Any = None,
     callback_headers: Mapping[str, str] | None = None,
+    traceparent: str | None = None,
+    tracestate: str | None = None,
 ) -> Plan[Task]:
     body: dict[str, Any] = {"type": task_type, "callbackUrl": callback_url}
     optional = {
@@ -95,7 +97,13 @@ def submit(
     # One key for every send of this submit: the server answers a repeat with the
     # task the first one made, so a lost answer never makes a second task.
     key = idempotency_key or f"hrc-{uuid.uuid4()}"
-    reply = yield Send(Call("POST", "/v1/tasks", body=body, headers={"Idempotency-Key": key}))
+    headers = {"Idempotency-Key": key}
+    # The caller's W3C trace context: every attempt of the task's webhook continues it.
+    if traceparent:
+        headers["traceparent"] = traceparent
+        if tracestate:
+            headers["tracestate"] = tracestate
+    reply = yield Send(Call("POST", "/v1/tasks", body=body, headers=headers))
     return task_of(reply)
 
 

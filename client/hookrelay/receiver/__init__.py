@@ -11,7 +11,8 @@
 Adapters, each imported only when you import it (so only its framework is needed):
 :mod:`hookrelay.receiver.starlette` (Starlette, FastAPI), :mod:`hookrelay.receiver.flask`,
 :mod:`hookrelay.receiver.django`. Deduplication in PostgreSQL:
-:mod:`hookrelay.receiver.postgres`.
+:mod:`hookrelay.receiver.postgres`. The attempt's W3C ``traceparent``, to continue the
+submitter's trace: ``event.trace``, or :func:`trace_context` of the headers.
 """
 
 from hookrelay.receiver.dedupe import AsyncSeen, MemorySeen, Seen
@@ -23,6 +24,7 @@ from hookrelay.receiver.errors import (
     VerificationError,
 )
 from hookrelay.receiver.signatures import Verifier, WebhookEvent, verify
+from hookrelay.receiver.tracecontext import TraceContext, trace_context
 
 __all__ = [
     "AsyncSeen",
@@ -32,8 +34,10 @@ __all__ = [
     "MissingHeader",
     "Seen",
     "StaleTimestamp",
+    "TraceContext",
     "VerificationError",
     "Verifier",
     "WebhookEvent",
+    "trace_context",
     "verify",
 ]

@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from hookrelay.models import Task
 from hookrelay.receiver.errors import BadSignature, InvalidPayload, MissingHeader, StaleTimestamp
+from hookrelay.receiver.tracecontext import TraceContext, trace_context
 
 DEFAULT_TOLERANCE_S = 300.0
 HMAC, ED25519 = "v1", "v1a"
@@ -39,6 +40,9 @@ class WebhookEvent:
     type: str
     timestamp: datetime  # when the event was committed (the body's own time)
     data: Any  # the task for task.* events (no delivery block); {} for a ping
+    # The attempt's traceparent/tracestate, to continue the submitter's trace; None
+    # when absent or malformed (hookrelay.receiver.tracecontext).
+    trace: TraceContext | None = None
 
     @property
     def task(self) -> Task | None:
@@ -112,7 +116,7 @@ class Verifier:
         signed = f"{msg_id}.{stamp}.".encode() + raw
         if not self._matches(signed, found["webhook-signature"]):
             raise BadSignature("no signature matches")
-        return _event(msg_id, raw)
+        return _event(msg_id, raw, trace_context(headers))
 
     def _matches(self, signed: bytes, header_value: str) -> bool:
         given: dict[str, list[bytes]] = {HMAC: [], ED25519: []}
@@ -139,11 +143,15 @@ class Verifier:
         return matched
 
 
-def _event(msg_id: str, raw: bytes) -> WebhookEvent:
+def _event(msg_id: str, raw: bytes, trace: TraceContext | None = None) -> WebhookEvent:
     try:
         body = json.loads(raw)
         return WebhookEvent(
-            msg_id, str(body["type"]), datetime.fromisoformat(body["timestamp"]), body["data"]
+            msg_id,
+            str(body["type"]),
+            datetime.fromisoformat(body["timestamp"]),
+            body["data"],
+            trace,
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise InvalidPayload(f"the body is not a webhook event: {exc}") from None

@@ -13,6 +13,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from hookrelay.outbox import tasks as outbox_tasks
+from hookrelay.outbox import tracing
 from hookrelay.outbox.models import Task
 from hookrelay.outbox.tasks import Idempotency, NewTask, create_task, get_task
 from hookrelay.service.api import listing, shapes, validation
@@ -48,6 +49,11 @@ async def submit(request: Request) -> Response:
         heartbeat_timeout_s=body.heartbeat_timeout_seconds,
         on_timeout=None if body.on_timeout is None else msgspec.to_builtins(body.on_timeout),
         callback_headers=body.callback_headers,
+        # The submitter's W3C trace context; a malformed one is ignored, as the
+        # specification says (the task then starts a trace of its own).
+        trace=tracing.parse(
+            request.headers.getlist("traceparent"), request.headers.getlist("tracestate")
+        ),
     )
     idem = Idempotency(key, validation.canonical_hash(body)) if key else None
     async with request.app.state.pool.acquire() as conn:
