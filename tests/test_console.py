@@ -5,6 +5,7 @@ replay with preview and audit, circuits, tenants, search, and inert hostile text
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -12,9 +13,11 @@ import pytest
 from hookrelay.outbox.dispatch.dispatcher import running
 from hookrelay.outbox.ops.audit import preview_replay
 from hookrelay.outbox.ops.dead_letters import list_dead_letters
+from hookrelay.outbox.store.console import MinuteCount
 from hookrelay.outbox.store.deadletters import DeadLetterFilter
 from hookrelay.outbox.tenants import create_tenant
-from hookrelay.service.console.security import HEADERS, SignInThrottle
+from hookrelay.service.console.security import HEADERS, MAX_FORM_BYTES, SignInThrottle
+from hookrelay.service.console.views import age, chart
 from tests.receiver import failing_until_healthy
 from tests.support import ADMIN_TOKEN, bearer, dead_letters_of_two_tenants, dispatcher, wait_drained
 
@@ -274,3 +277,136 @@ async def test_error_classes_filter_and_show_alike(pool, runtime, status, error,
         assert await preview_replay(conn, DeadLetterFilter(error_class=expected)) == 1
         [letter], _ = await list_dead_letters(conn, DeadLetterFilter(), limit=10)
     assert letter.error_class == expected
+
+
+async def test_dead_letter_filter_refuses_a_status_that_is_not_three_digits(client) -> None:
+    await signed_in(client)
+    for status in ("abc", "5000", "²00"):
+        r = await client.get("/ops/dead-letters", params={"status": status})
+        assert r.status_code == 400 and "three-digit HTTP status code" in r.text, status
+
+
+async def test_replay_selected_refuses_an_empty_selection(client, pool, dead) -> None:
+    csrf = await signed_in(client)
+    r = await client.post(
+        "/ops/dead-letters/replay", data={"csrf": csrf, "reason": "none picked"}, headers=ORIGIN
+    )
+    assert r.status_code == 400 and "select between 1 and 1,000" in r.text
+    assert await pool.fetchval("SELECT count(*) FROM outbox") == 0
+
+
+async def test_replay_one_event_from_its_page_then_already_replayed(client, pool, dead) -> None:
+    csrf = await signed_in(client)
+    event_id = dead["a"][1][0]
+    form = {"csrf": csrf, "reason": "one more try"}
+    r = await client.post(f"/ops/events/{event_id}/replay", data=form, headers=ORIGIN)
+    assert r.status_code == 303
+    assert r.headers["location"] == f"/ops/events/{event_id}?notice=Replayed."
+    assert await pool.fetchval("SELECT count(*) FROM outbox WHERE event_id = $1", event_id) == 1
+    again = await client.post(f"/ops/events/{event_id}/replay", data=form, headers=ORIGIN)
+    assert again.headers["location"].endswith("notice=Already+replayed.")
+    assert await pool.fetchval("SELECT count(*) FROM outbox") == 1
+
+
+async def test_event_page_shows_a_body_that_is_not_json_as_stored(client, pool, runtime) -> None:
+    await signed_in(client)
+    async with pool.acquire() as conn:
+        t = await create_tenant(conn, "c", runtime.secret_box)
+    await pool.execute(
+        "INSERT INTO dead_letters (event_id, tenant_id, task_id, event_type, callback_url, host,"
+        " body, created_at, attempts, last_error, last_status_code)"
+        " VALUES ('evt_raw', $1, 'task_raw', 'task.failed', 'http://h/', 'http://h:80',"
+        " 'not {json', now(), 1, 'HTTP 500', 500)",
+        t.id,
+    )
+    r = await client.get("/ops/events/evt_raw")
+    assert r.status_code == 200 and "not {json" in r.text
+
+
+async def test_redeliver_task_from_the_console(client, pool, dead) -> None:
+    csrf = await signed_in(client)
+    missing = await client.post(
+        "/ops/tasks/task_nope/redeliver", data={"csrf": csrf}, headers=ORIGIN
+    )
+    assert missing.status_code == 303
+    assert missing.headers["location"].startswith("/ops/tasks/task_nope?notice=Not+redelivered")
+    task_id = await pool.fetchval(
+        "SELECT task_id FROM dead_letters WHERE event_id = $1", dead["a"][1][0]
+    )
+    r = await client.post(f"/ops/tasks/{task_id}/redeliver", data={"csrf": csrf}, headers=ORIGIN)
+    assert r.status_code == 303
+    assert r.headers["location"] == f"/ops/tasks/{task_id}?notice=Queued+for+redelivery."
+    again = await client.post(
+        f"/ops/tasks/{task_id}/redeliver", data={"csrf": csrf}, headers=ORIGIN
+    )
+    assert "Not+redelivered" in again.headers["location"]
+
+
+async def test_new_tenant_needs_a_name(client, pool) -> None:
+    csrf = await signed_in(client)
+    for name in ("", "   ", "x" * 201):
+        r = await client.post("/ops/tenants", data={"csrf": csrf, "name": name}, headers=ORIGIN)
+        assert r.status_code == 400 and "a name of 1-200 characters" in r.text
+    assert await pool.fetchval("SELECT count(*) FROM tenants") == 0
+
+
+async def test_rotate_secret_of_an_ed25519_tenant_shows_the_new_public_key(
+    client, pool, runtime
+) -> None:
+    csrf = await signed_in(client)
+    async with pool.acquire() as conn:
+        t = await create_tenant(conn, "ed", runtime.secret_box, scheme="v1a")
+    r = await client.post(f"/ops/tenants/{t.id}/rotate-secret", data={"csrf": csrf}, headers=ORIGIN)
+    assert r.status_code == 200 and "new public key" in r.text
+    assert "new signing secret" not in r.text and "whsec_" not in r.text
+
+
+async def test_forms_that_are_too_large_not_utf8_or_hold_a_nul_are_refused(client) -> None:
+    csrf = await signed_in(client)
+    form_type = {**ORIGIN, "Content-Type": "application/x-www-form-urlencoded"}
+    cases = {
+        "form too large": f"csrf={csrf}&name=" + "x" * (MAX_FORM_BYTES + 1),
+        "form is not UTF-8": f"csrf={csrf}&name=%FF%FE".encode() + b"\xff",
+        "form holds a NUL character": f"csrf={csrf}&name=a%00b",
+    }
+    for message, body in cases.items():
+        r = await client.post("/ops/tenants", content=body, headers=form_type)
+        assert r.status_code == 400 and message in r.text, message
+
+
+async def test_a_post_without_origin_needs_a_referer_from_this_console(client, pool) -> None:
+    csrf = await signed_in(client)
+    form = {"csrf": csrf, "name": "acme"}
+    for referer in (None, "http://evil.example/ops/tenants", "http://hookrelay.test.evil/"):
+        headers = {"Referer": referer} if referer else {}
+        r = await client.post("/ops/tenants", data=form, headers=headers)
+        assert r.status_code == 400 and "without an Origin from this console" in r.text
+    assert await pool.fetchval("SELECT count(*) FROM tenants") == 0
+    ok = await client.post(
+        "/ops/tenants", data=form, headers={"Referer": "http://hookrelay.test/ops/tenants"}
+    )
+    assert ok.status_code == 200 and "Shown once" in ok.text
+
+
+async def test_sign_in_throttle_forgets_the_oldest_address_beyond_ten_thousand() -> None:
+    throttle = SignInThrottle(base_s=0.0, cap_s=0.0)
+    for i in range(10_001):
+        await throttle.failed(f"10.0.{i // 256}.{i % 256}")
+    assert len(throttle._failures) == 10_000
+    assert "10.0.0.0" not in throttle._failures and "10.0.39.16" in throttle._failures
+
+
+def test_age_reads_seconds_minutes_and_hours() -> None:
+    assert age(None) == "none due"
+    assert age(timedelta(seconds=59)) == "59 s"
+    assert age(timedelta(seconds=61)) == "1 min 1 s"
+    assert age(timedelta(hours=2, minutes=5, seconds=9)) == "2 h 5 min"
+
+
+def test_chart_leaves_out_minutes_outside_its_window() -> None:
+    now = datetime(2026, 1, 1, 12, 0, 30, tzinfo=UTC)
+    inside = MinuteCount(now.replace(second=0), "delivered", 4)
+    stale = MinuteCount(now - timedelta(hours=2), "dead", 1000)
+    future = MinuteCount(now + timedelta(minutes=5), "retry", 1000)
+    svg = chart([inside, stale, future], now=now)
+    assert 'peak 4"' in svg and "#c53030" not in svg and "#b7791f" not in svg

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import secrets
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from standardwebhooks import Webhook
@@ -14,6 +16,7 @@ from standardwebhooks import Webhook
 from hookrelay.outbox import complete_task
 from hookrelay.outbox.dispatch.dispatcher import UNDECRYPTABLE, running
 from hookrelay.outbox.errors import ConfigurationError
+from hookrelay.outbox.keys import at_rest
 from hookrelay.outbox.keys.at_rest import KEY_FILE, SecretBox, key_id, parse_master_key
 from hookrelay.outbox.keys.master_key import MasterKeyMismatch, recorded_key_id, verify_or_record
 from hookrelay.outbox.tasks.submit import NewTask, create_task
@@ -220,3 +223,87 @@ async def test_corrupted_tenant_isolated_in_a_dispatch_process(
     dead = await pool.fetch("SELECT event_id, last_error FROM dead_letters")
     assert sorted(r["event_id"] for r in dead) == sorted(bad_events)
     assert {r["last_error"] for r in dead} == {UNDECRYPTABLE}
+
+
+def test_key_is_published_by_replace_where_hard_links_fail(tmp_path, monkeypatch) -> None:
+    def no_links(src, dst):
+        raise PermissionError("hard links not supported")
+
+    monkeypatch.setattr(os, "link", no_links)
+    key = at_rest.load_or_create_master_key(None, tmp_path / "data")
+    path = tmp_path / "data" / KEY_FILE
+    assert parse_master_key(path.read_text()) == key
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert [p.name for p in path.parent.iterdir()] == [KEY_FILE]  # no temp file left
+
+
+def test_without_hard_links_a_key_published_meanwhile_is_not_overwritten(
+    tmp_path, monkeypatch
+) -> None:
+    theirs = new_key()
+
+    def other_starter_won(src, dst):
+        Path(dst).write_text(theirs + "\n")
+        raise PermissionError("hard links not supported")
+
+    monkeypatch.setattr(os, "link", other_starter_won)
+    key = at_rest.load_or_create_master_key(None, tmp_path)
+    assert key == parse_master_key(theirs)
+    assert [p.name for p in tmp_path.iterdir()] == [KEY_FILE]
+
+
+def test_key_is_created_where_directories_cannot_be_fsynced(tmp_path, monkeypatch) -> None:
+    real_open, real_fsync, real_close = os.open, os.fsync, os.close
+    dir_fds: list[int] = []
+    closed: list[int] = []
+
+    def fsync(fd):
+        if fd in dir_fds:
+            raise OSError("fsync not supported on directories")
+        real_fsync(fd)
+
+    def open_(path, flags, *args):
+        fd = real_open(path, flags, *args)
+        if flags & os.O_DIRECTORY:
+            dir_fds.append(fd)
+        return fd
+
+    def close(fd):
+        closed.append(fd)
+        real_close(fd)
+
+    monkeypatch.setattr(os, "open", open_)
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "close", close)
+    key = at_rest.load_or_create_master_key(None, tmp_path / "a")
+    assert dir_fds and set(dir_fds) <= set(closed)  # the directory fd is not leaked
+    monkeypatch.undo()
+    assert parse_master_key((tmp_path / "a" / KEY_FILE).read_text()) == key
+
+
+def test_key_is_created_where_directories_cannot_be_opened(tmp_path, monkeypatch) -> None:
+    real_open, o_directory = os.open, os.O_DIRECTORY
+
+    def open_(path, flags, *args):
+        if flags & o_directory:
+            raise PermissionError("directory not readable")
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", open_)
+    key = at_rest.load_or_create_master_key(None, tmp_path)
+    assert parse_master_key((tmp_path / KEY_FILE).read_text()) == key
+
+
+def test_key_is_created_on_a_platform_without_o_directory(tmp_path, monkeypatch) -> None:
+    real_open = os.open
+    opened: list[str] = []
+
+    def open_(path, flags, *args):
+        opened.append(str(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", open_)
+    monkeypatch.delattr(os, "O_DIRECTORY")
+    key = at_rest.load_or_create_master_key(None, tmp_path)
+    assert parse_master_key((tmp_path / KEY_FILE).read_text()) == key
+    assert str(tmp_path) not in opened  # only the temp key file was opened
