@@ -5,7 +5,7 @@ infinities, ``timestamptz`` has a range, ``int()`` reads '²' and '١' as digits
 deeply nested cursor exhausts the recursion limit. Each of these was a 500. Every
 check lives here, for path and query (``GuardMiddleware``, before routing), headers,
 JSON bodies (:func:`check_json`) and the typed query values (:func:`ascii_int`,
-:func:`ascii_number`, :func:`timestamp`), so a new route inherits them.
+:func:`timestamp`), so a new route inherits them.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from hookrelay.service.api.errors import BadRequest, Unprocessable, error_respon
 
 MAX_DEPTH = 32
 _INT = re.compile(r"[0-9]{1,18}")
-_NUMBER = re.compile(r"[0-9]{1,9}(\.[0-9]{1,9})?")
 # ISO-8601 as the API documents it: ASCII digits, a time, and a zone.
 _TIMESTAMP = re.compile(
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?"
@@ -39,14 +38,6 @@ def text_problem(value: str) -> str | None:
     except UnicodeEncodeError:
         return "contains a lone UTF-16 surrogate"
     return None
-
-
-def check_text(name: str, value: str) -> str:
-    """``value`` unchanged, or 400 naming ``name``."""
-    problem = text_problem(value)
-    if problem is not None:
-        raise BadRequest(f"{name} {problem}", code="invalid_parameter")
-    return value
 
 
 def finite_float(raw: str) -> float:
@@ -81,13 +72,6 @@ def ascii_int(name: str, raw: str, lo: int, hi: int) -> int:
     if not _INT.fullmatch(raw) or not lo <= int(raw) <= hi:
         raise BadRequest(f"{name} must be an integer in [{lo}, {hi}]")
     return int(raw)
-
-
-def ascii_number(name: str, raw: str, lo: float, hi: float) -> float:
-    """A plain decimal of ASCII digits in [lo, hi] (no exponent, no nan/inf), else 400."""
-    if not _NUMBER.fullmatch(raw) or not lo <= float(raw) <= hi:
-        raise BadRequest(f"{name} must be a number in [{lo:g}, {hi:g}]")
-    return float(raw)
 
 
 def timestamp(name: str, raw: str) -> datetime:
