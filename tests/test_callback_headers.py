@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import logging
 import secrets
 from typing import Any
@@ -337,3 +338,23 @@ async def test_the_webhook_body_names_them_as_python_would_write_it(client, tena
     async with pool.acquire() as conn:
         task = await get_task(conn, tid)
     assert task is not None and event_body(task) == body
+
+
+async def test_one_claim_with_and_without_headers_sends_each_its_own(
+    client, tenant, pool, runtime, receiver
+) -> None:
+    with_headers = (await submit(client, tenant, receiver.url, {"x-api-key": SECRET})).json()["id"]
+    r = await client.post(
+        "/v1/tasks",
+        json={"type": "t", "callbackUrl": receiver.url},
+        headers=bearer(tenant["apiKey"]),
+    )
+    without = r.json()["id"]
+    for tid in (with_headers, without):
+        await client.post(f"/v1/tasks/{tid}/complete", json={"status": "succeeded"}, headers=ADMIN)
+    async with running(dispatcher(runtime, pool)):
+        await receiver.wait_for(2)
+    sent = {
+        json.loads(got.body)["data"]["id"]: header(got, "x-api-key") for got in receiver.received
+    }
+    assert sent == {with_headers: SECRET, without: None}

@@ -21,7 +21,14 @@ from hookrelay.outbox.store.pool import create_pool
 from hookrelay.outbox.tenants import rotate_secret
 from hookrelay.receiver import BadSignature, verify
 from tests.receiver import Receiver
-from tests.support import backlog, claim_due, dispatcher, eventually, v1_secret, wait_drained
+from tests.support import (
+    backlog,
+    claim_due,
+    dispatcher,
+    eventually,
+    v1_secret,
+    wait_drained,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -30,6 +37,10 @@ def expected_signature(secret: str, headers: dict[str, str], body: bytes) -> str
     key = base64.b64decode(secret.removeprefix("whsec_"))
     signed = f"{headers['webhook-id']}.{headers['webhook-timestamp']}.".encode() + body
     return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+
+
+async def database_away(*args, **kwargs):
+    raise ConnectionResetError("the database went away")
 
 
 async def test_delivers_signed_webhook(pool, runtime, receiver) -> None:
@@ -390,3 +401,121 @@ async def test_a_slot_goes_on_with_its_lane_after_an_attempt_times_out(
     assert d.counters["delivered"] == 40 and d.counters["retry"] == 3
     # Rows were sent from the lane's rows ahead, by the slots' own tasks.
     assert d.counters["claimed_ahead"] > 0
+
+
+async def test_a_bug_in_a_claim_round_does_not_stop_the_dispatcher(
+    pool, runtime, receiver, caplog
+) -> None:
+    d = dispatcher(runtime, pool)
+    real, failed = d._claim_round, list[int]()
+
+    async def buggy(look: bool) -> bool:
+        if not failed:
+            failed.append(1)
+            raise KeyError("a bug")
+        return await real(look)
+
+    d._claim_round = buggy  # type: ignore[method-assign]
+    _, [event_id] = await backlog(pool, runtime, receiver.url, 1)
+    async with running(d):
+        await receiver.wait_for(1)
+        await wait_drained(pool)
+    assert failed and receiver.event_ids() == [event_id]
+    assert "claim round failed" in caplog.text
+
+
+async def test_a_bug_in_an_attempt_gives_the_row_back_counted(
+    pool, runtime, receiver, monkeypatch
+) -> None:
+    from hookrelay.outbox.dispatch import dispatcher as dispatcher_module
+
+    async def buggy(*args, **kwargs):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(dispatcher_module, "attempt", buggy)
+    _, [event_id] = await backlog(pool, runtime, receiver.url, 1)
+    d = dispatcher(runtime, pool)
+    async with running(d):
+        row = await eventually(
+            lambda: pool.fetchrow(
+                "SELECT * FROM outbox WHERE event_id = $1 AND lost_leases = 1", event_id
+            )
+        )
+    assert row["lease_token"] is None and row["attempts"] == 0
+    assert receiver.received == []
+    assert await pool.fetchval("SELECT count(*) FROM delivery_attempts") == 0
+
+
+async def test_a_dispatcher_leaves_a_sender_it_was_lent_open(pool, runtime, receiver) -> None:
+    from hookrelay.outbox.dispatch.dispatcher import Dispatcher
+
+    base = dispatcher(runtime, pool)
+    lent = Dispatcher(pool, runtime.dsn, base.sender, runtime.secret_box, base.config)
+    await backlog(pool, runtime, receiver.url, 1)
+    try:
+        async with running(lent):
+            await receiver.wait_for(1)
+            await wait_drained(pool)
+        assert (await base.sender.post(receiver.url, b"{}", {}, 100)).status == 204
+    finally:
+        await base.sender.aclose()
+
+
+async def test_a_row_that_cannot_be_given_back_stays_leased_unspent(
+    pool, runtime, receiver, monkeypatch, caplog
+) -> None:
+    from hookrelay.outbox.dispatch import dispatcher as dispatcher_module
+    from hookrelay.outbox.errors import LocalFault
+
+    async def out_of_fds(*args, **kwargs):
+        raise LocalFault("out_of_fds", "too many open files")
+
+    monkeypatch.setattr(dispatcher_module, "attempt", out_of_fds)
+    monkeypatch.setattr(delivery, "defer_leases", database_away)
+    _, [event_id] = await backlog(pool, runtime, receiver.url, 1)
+    async with running(dispatcher(runtime, pool)):
+        await eventually(lambda: "could not give back event" in caplog.text)
+    row = await pool.fetchrow("SELECT * FROM outbox WHERE event_id = $1", event_id)
+    assert row["lease_token"] is not None and row["attempts"] == 0 and row["lost_leases"] == 0
+    assert receiver.received == []
+
+
+async def test_a_row_not_to_be_sent_is_not_sent_when_it_cannot_be_dead_lettered(
+    pool, runtime, receiver, monkeypatch, caplog
+) -> None:
+    monkeypatch.setattr(delivery, "abandon_leases", database_away)
+    _, [event_id] = await backlog(pool, runtime, receiver.url, 1)
+    await pool.execute("UPDATE outbox SET lost_leases = 5 WHERE event_id = $1", event_id)
+    async with running(dispatcher(runtime, pool)):
+        await eventually(lambda: "could not dead-letter 1 events" in caplog.text)
+    assert receiver.received == []
+    assert await pool.fetchval("SELECT count(*) FROM dead_letters") == 0
+    assert await pool.fetchval("SELECT count(*) FROM outbox WHERE event_id = $1", event_id) == 1
+
+
+@pytest.mark.parametrize("release_works", [True, False])
+async def test_stop_cancels_an_attempt_past_its_deadline_and_gives_the_row_back(
+    pool, runtime, receiver, monkeypatch, release_works
+) -> None:
+    from hookrelay.outbox.dispatch import dispatcher as dispatcher_module
+    from hookrelay.outbox.dispatch.attempt import AttemptLimits
+
+    started = asyncio.Event()
+
+    async def stuck(*args, **kwargs):
+        started.set()
+        await asyncio.Event().wait()  # a bug: the attempt ignores its deadline
+
+    monkeypatch.setattr(dispatcher_module, "attempt", stuck)
+    _, [event_id] = await backlog(pool, runtime, receiver.url, 1)
+    d = dispatcher(runtime, pool)
+    d.config = replace(d.config, limits=AttemptLimits(total_timeout_s=0.1))
+    if not release_works:
+        monkeypatch.setattr(delivery, "release_leases", database_away)
+    async with running(d):
+        await asyncio.wait_for(started.wait(), 10)
+    row = await pool.fetchrow("SELECT * FROM outbox WHERE event_id = $1", event_id)
+    # Released, or (the database away) left to its lease running out.
+    assert (row["lease_token"] is None) is release_works and row["attempts"] == 0
+    assert d.counters["released"] == int(release_works)
+    assert await pool.fetchval("SELECT count(*) FROM delivery_attempts") == 0

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from hookrelay.outbox.egress.dns import Resolver
+from hookrelay.outbox.egress.dns import AiohttpResolver, Resolver
 from hookrelay.outbox.egress.http import AiohttpSender
 from hookrelay.outbox.egress.ssrf import AddressPolicy
 from hookrelay.outbox.errors import BlockedDestination, LocalFault, LookupFailed
@@ -138,3 +138,34 @@ async def test_a_silent_name_fails_the_attempt(dns: FakeDns) -> None:
             await sender.post("http://hang0.test:9/hook", b"{}", {}, 100)
     finally:
         await sender.aclose()
+
+
+async def test_a_full_cache_is_emptied_rather_than_grown(dns: FakeDns) -> None:
+    resolver = Resolver(timeout_s=1.0, nameservers=[dns.server], max_entries=1)
+    try:
+        await resolver.resolve("ok.test")
+        await resolver.resolve("short.test")  # the cache is full: ok.test goes
+        assert list(resolver._cache) == ["short.test"]
+    finally:
+        await resolver.close()
+
+
+async def test_close_cancels_lookups_in_progress(dns: FakeDns) -> None:
+    resolver = Resolver(timeout_s=5.0, nameservers=[dns.server])
+    waiting = asyncio.create_task(resolver.resolve("hang0.test"))
+    await asyncio.sleep(0.05)  # the query is out
+    await resolver.close()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+
+
+async def test_aiohttp_resolver_keeps_only_the_family_asked_for(dns: FakeDns) -> None:
+    resolver = AiohttpResolver(Resolver(timeout_s=1.0, nameservers=[dns.server]))
+    try:
+        [found] = await resolver.resolve("ok.test", 8443, socket.AF_INET)
+        assert (found["host"], found["port"], found["hostname"]) == ("127.0.0.1", 8443, "ok.test")
+        with pytest.raises(LookupFailed, match="no AF_INET6 address"):
+            await resolver.resolve("ok.test", 8443, socket.AF_INET6)
+    finally:
+        await resolver.close()
+    assert resolver.resolver._channel is None

@@ -227,3 +227,61 @@ async def test_a_failed_read_is_retried(hub, pool, tenant_id, monkeypatch) -> No
     monkeypatch.setattr(changes, "changes_after", flaky)
     task_id = await new_task(pool, tenant_id)
     assert (await next_change(sub)).task_id == task_id and failures
+
+
+async def test_a_hub_not_started_refuses_to_open_and_numbers_nothing(dsn, tenant_id) -> None:
+    idle = StreamHub(dsn)
+    idle.number_soon()  # nothing to number with: no pool yet
+    with pytest.raises(RuntimeError, match=r"start\(\) was not called"):
+        await idle.open(tenant_id)
+    await idle.stop()
+
+
+async def test_concurrent_first_opens_of_a_tenant_share_it(hub, pool, tenant_id) -> None:
+    a, b = await asyncio.gather(hub.open(tenant_id), hub.open(tenant_id))
+    assert hub.open_count(tenant_id) == 2
+    a.watch_all()
+    b.watch_all()
+    task_id = await new_task(pool, tenant_id)
+    first = await next_change(a)
+    assert first.task_id == task_id and first is await next_change(b)
+
+
+async def test_unwatching_leaves_other_watchers_of_the_task(hub, pool, tenant_id) -> None:
+    task_id = await new_task(pool, tenant_id)
+    a, b = await hub.open(tenant_id), await hub.open(tenant_id)
+    a.watch([task_id])
+    b.watch([task_id])
+    a.unwatch([task_id])
+    assert hub._tenants[tenant_id].watchers == {task_id: {b}}
+    async with pool.acquire() as conn:
+        await start_task(conn, task_id)
+    assert (await next_change(b)).status == "running"
+    assert not a._queue
+
+
+async def test_an_unknown_notification_reads_every_tenant(
+    hub, pool, tenant_id, monkeypatch
+) -> None:
+    from hookrelay.outbox.store import changes
+
+    sub = await hub.open(tenant_id)
+    sub.watch_all()
+    deaf = dict.fromkeys(hub._listener._callbacks, lambda payload: None)
+    monkeypatch.setattr(hub._listener, "_callbacks", deaf)
+    task_id = await new_task(pool, tenant_id)
+    async with pool.acquire() as conn:
+        await changes.number_pending(conn)  # as another process does
+    hub._notified("a payload of some later version")
+    assert (await next_change(sub)).task_id == task_id
+
+
+async def test_live_reads_go_on_past_a_full_page(hub, pool, tenant_id, monkeypatch) -> None:
+    monkeypatch.setattr(hub_module, "PAGE", 1)
+    sub = await hub.open(tenant_id)
+    sub.watch_all()
+    task_id = await new_task(pool, tenant_id)
+    async with pool.acquire() as conn:
+        await start_task(conn, task_id)
+        await report_progress(conn, task_id, 50)
+    assert [(await next_change(sub)).version for _ in range(3)] == [1, 2, 3]
