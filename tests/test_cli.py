@@ -18,10 +18,13 @@ import pytest
 from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.store.pool import apply_schema
 from hookrelay.outbox.tenants import active_secrets, authenticate
+from hookrelay.service import cli
+from hookrelay.service.cli import failures
 from hookrelay.service.server import processes
 from hookrelay.service.server.prerequisites import Runtime
 from hookrelay.service.server.processes import _where
 from hookrelay.service.server.settings import Settings
+from hookrelay.service.server.supervisor import WorkerFailed
 from tests.support import (
     ROOT,
     backlog,
@@ -328,8 +331,22 @@ async def test_dead_letters_list_escapes_receiver_text(pool, runtime, dsn) -> No
 
 @pytest.mark.parametrize(
     "args",
-    [("serve", "--port", "70000"), ("bogus",), ("dead-letters", "list", "--wat")],
-    ids=["bad port", "unknown command", "unknown option"],
+    [
+        ("serve", "--port", "70000"),
+        ("serve", "--port", "http"),
+        ("api", "--workers", "0"),
+        ("api", "--workers", "many"),
+        ("bogus",),
+        ("dead-letters", "list", "--wat"),
+    ],
+    ids=[
+        "bad port",
+        "port not a number",
+        "no workers",
+        "workers not a number",
+        "unknown command",
+        "unknown option",
+    ],
 )
 async def test_usage_errors_are_one_line(args) -> None:
     code, out, err = await run_cli(*args, env={})
@@ -350,3 +367,94 @@ def test_the_banner_says_how_deliveries_leave(tmp_path) -> None:
         f"client cert:     {tmp_path / 'client.crt'} (HOOKRELAY_CLIENT_CERT)",
         f"extra CAs:       {tmp_path / 'ca.pem'} (HOOKRELAY_CA_BUNDLE)",
     ]
+
+
+def test_workers_and_port_flags_override_the_environment(monkeypatch) -> None:
+    monkeypatch.setenv("HOOKRELAY_WORKERS", "2")
+    settings = cli._settings(cli._parse(["api", "--workers", "3", "--port", "8081"]))
+    assert (settings.workers, settings.port) == (3, 8081)
+
+
+@pytest.fixture
+def quiet_main(monkeypatch):
+    """``cli.main`` in this process, its logging and SIGTERM handling left as they were."""
+    monkeypatch.setattr(cli, "_configure_logs", lambda args, settings: None)
+    previous = signal.getsignal(signal.SIGTERM)
+    yield
+    signal.signal(signal.SIGTERM, previous)
+
+
+def test_an_interrupted_command_exits_quietly(quiet_main, monkeypatch, capsys) -> None:
+    def interrupted(args, settings):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_one_shot", interrupted)
+    assert cli.main(["migrate", "--status"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_output_into_a_closed_pipe_stops_quietly(quiet_main, monkeypatch, capsys) -> None:
+    redirected: list[str] = []
+
+    def closed_pipe(args, settings):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    real_dup2 = os.dup2
+    stdout_fd = 1000  # not a real descriptor: the test's own output stays where it is
+
+    def dup2(fd: int, fd2: int) -> None:
+        if fd2 != stdout_fd:
+            real_dup2(fd, fd2)
+            return
+        redirected.append(os.readlink(f"/proc/self/fd/{fd}"))
+        os.close(fd)
+
+    monkeypatch.setattr(cli, "_one_shot", closed_pipe)
+    monkeypatch.setattr(sys, "stdout", type("Out", (), {"fileno": lambda self: stdout_fd})())
+    monkeypatch.setattr(os, "dup2", dup2)
+    assert cli.main(["migrate", "--status"]) == 0
+    assert redirected == [os.devnull] and capsys.readouterr().err == ""
+
+
+async def test_verbose_failure_logs_the_traceback_then_one_line(runtime) -> None:
+    env = {**cli_env(runtime, "postgresql://postgres@127.0.0.1:1/none"), "HOOKRELAY_DB_WAIT_S": "1"}
+    code, _, err = await run_cli("migrate", "-v", env=env)
+    assert code == 1 and "migrate failed" in err and "Traceback" in err, err
+    assert "database not reachable after 1s" in err.splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    ("exc", "code", "message"),
+    [
+        (WorkerFailed("api worker 2 exited with status 3", 3), 3, "api worker 2 exited"),
+        (
+            PermissionError(13, "Permission denied", "/srv/hr/key"),
+            2,
+            "permission denied: /srv/hr/key;",
+        ),
+        (
+            FileNotFoundError(2, "No such file or directory", "/srv/hr"),
+            1,
+            "No such file or directory: /srv/hr",
+        ),
+        (OSError("disk on fire"), 1, "disk on fire"),
+        (ValueError("odd"), 1, "unexpected ValueError: odd (run with -v for the traceback)"),
+    ],
+)
+def test_each_failure_has_its_exit_status_and_line(exc, code, message) -> None:
+    got_code, got = failures.explain(exc)
+    assert got_code == code and message in got and "\n" not in got
+
+
+async def test_database_errors_name_what_to_fix(pool) -> None:
+    async with pool.acquire() as conn:
+        with pytest.raises(asyncpg.PostgresError) as zero:
+            await conn.fetchval("SELECT 1 / 0")
+        async with conn.transaction():
+            await conn.execute("SET LOCAL ROLE pg_monitor")
+            with pytest.raises(asyncpg.InsufficientPrivilegeError) as denied:
+                await conn.fetchval("SELECT count(*) FROM tasks")
+    assert failures.explain(zero.value) == (1, "database error 22012: division by zero")
+    code, message = failures.explain(denied.value)
+    assert code == 2 and message.endswith(": give the DATABASE_URL user the rights hookrelay needs")
+    assert "permission denied for table tasks" in message

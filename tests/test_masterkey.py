@@ -21,6 +21,7 @@ from hookrelay.outbox.keys.at_rest import KEY_FILE, SecretBox, key_id, parse_mas
 from hookrelay.outbox.keys.master_key import MasterKeyMismatch, recorded_key_id, verify_or_record
 from hookrelay.outbox.tasks.submit import NewTask, create_task
 from hookrelay.outbox.tenants import active_secrets, create_tenant
+from hookrelay.service.cli.database import NEW_KEY_VAR
 from tests.support import (
     backlog,
     cli_env,
@@ -307,3 +308,31 @@ def test_key_is_created_on_a_platform_without_o_directory(tmp_path, monkeypatch)
     key = at_rest.load_or_create_master_key(None, tmp_path)
     assert parse_master_key((tmp_path / KEY_FILE).read_text()) == key
     assert str(tmp_path) not in opened  # only the temp key file was opened
+
+
+async def test_rotate_refuses_a_bad_or_unchanged_new_key(runtime, dsn) -> None:
+    env = cli_env(runtime, dsn)
+    code, _, err = await run_cli("master-key", "rotate", env={**env, NEW_KEY_VAR: "short"})
+    assert code == 2 and err.count("\n") == 1 and f"{NEW_KEY_VAR}: " in err, err
+    current = runtime.settings.master_key
+    assert current
+    code, _, err = await run_cli("master-key", "rotate", env={**env, NEW_KEY_VAR: current})
+    assert code == 2 and f"is the current key ({runtime.secret_box.key_id})" in err, err
+    assert current not in err
+
+
+async def test_rotate_replaces_the_key_file_when_the_key_lives_in_the_data_dir(
+    pool, runtime, dsn, tmp_path
+) -> None:
+    key_file = tmp_path / KEY_FILE
+    key_file.write_text(f"{runtime.settings.master_key}\n")
+    key_file.chmod(0o600)
+    new = new_key()
+    env = {**cli_env(runtime, dsn), "HOOKRELAY_MASTER_KEY": "", "HOOKRELAY_DATA_DIR": str(tmp_path)}
+    code, out, err = await run_cli("master-key", "rotate", env={**env, NEW_KEY_VAR: new})
+    assert code == 0, err
+    assert f"{key_file} now holds the new key" in out
+    assert key_file.read_text() == f"{new}\n" and key_file.stat().st_mode & 0o777 == 0o600
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+    async with pool.acquire() as conn:
+        assert await recorded_key_id(conn) == key_id(parse_master_key(new))

@@ -247,3 +247,13 @@ async def _rows_of_release_one(
 def test_readable_schema_is_the_packaged_one() -> None:
     """schema.sql at the top is a copy for readers of outbox/sql/schema.sql, which is shipped."""
     assert (ROOT / "schema.sql").read_text() == schema_sql()
+
+
+async def test_migrate_status_shows_a_schema_from_before_migrations(new_db: NewDb, runtime) -> None:
+    dsn = await new_db()
+    await run_sql(dsn, migrations()[0].sql)
+    code, out, err = await run_cli("migrate", "--status", env=cli_env(runtime, dsn))
+    assert code == 0, err
+    first = next(line for line in out.splitlines() if line.startswith("0001"))
+    assert first.endswith("applied  (from before migrations; recorded at the next migrate)")
+    assert f"1 applied, {len(migrations()) - 1} pending" in out

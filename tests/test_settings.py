@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import fields
 from pathlib import Path
+from typing import Annotated
 
+import msgspec
 import pytest
 
 from hookrelay.service.server import settings
@@ -173,3 +177,39 @@ def test_egress_proxy_and_tls_files_are_checked_at_start(tmp_path: Path) -> None
     msg = str(info.value)
     assert "HOOKRELAY_EGRESS_PROXY='socks5://proxy:1080'" in msg
     assert "HOOKRELAY_CA_BUNDLE=" in msg and "cannot read it" in msg
+
+
+def test_the_table_can_be_printed_by_running_the_module() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "hookrelay.service.server.settings", "--markdown"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == settings.markdown_table()
+
+
+def test_write_replaces_only_the_table_between_its_markers(tmp_path: Path) -> None:
+    page = tmp_path / "settings.md"
+    page.write_text(f"# Settings\n{settings.TABLE_BEGIN}\nstale\n{settings.TABLE_END}\nafter\n")
+    assert settings.main(["--write", str(page)]) == 0
+    text = page.read_text()
+    assert "stale" not in text and text.startswith("# Settings\n") and text.endswith("after\n")
+    assert settings.markdown_table() in text
+
+
+def test_a_boolean_setting_refuses_other_words() -> None:
+    with pytest.raises(SettingsError) as info:
+        Settings.from_env({"HOOKRELAY_ALLOW_HTTP": "perhaps"})
+    assert "HOOKRELAY_ALLOW_HTTP='perhaps'" in str(info.value)
+    assert "expected true or false" in str(info.value)
+    assert Settings.from_env({"HOOKRELAY_ALLOW_HTTP": "no"}).allow_http is False
+
+
+def test_the_table_describes_an_unbounded_number_by_its_unit_alone() -> None:
+    hint = Annotated[float, settings.doc("a pause")]
+    info = msgspec.inspect.type_info(hint)
+    assert isinstance(info, msgspec.inspect.Metadata)
+    unbounded = settings.Declaration("pause_s", "HOOKRELAY_PAUSE_S", hint, 1.5, info)
+    assert (unbounded.values(), unbounded.shown_default()) == ("seconds", "1.5")
