@@ -81,28 +81,6 @@ LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 MigrateMode = Literal["auto", "off"]
 
 
-def _migrate_mode(raw: str) -> Literal["auto", "off"]:
-    value = raw.lower()
-    if value == "auto":
-        return "auto"
-    if value == "off":
-        return "off"
-    raise ValueError("expected auto or off")
-
-
-def _metrics_port(raw: str) -> int | None:
-    """A port 1..65535, or None for ``off`` (or ``0``): no metrics server."""
-    if raw.lower() in METRICS_OFF:
-        return None
-    try:
-        port = int(raw)
-    except ValueError:
-        port = -1
-    if not 0 < port < 65536:
-        raise ValueError("expected a port number 1..65535, or off")
-    return port
-
-
 def _mask_dsn(dsn: str | None) -> str | None:
     return None if dsn is None else re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", dsn)
 
