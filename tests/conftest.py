@@ -32,12 +32,14 @@ from hookrelay.service.server import event_loop as serving
 from hookrelay.service.server.app import create_app
 from hookrelay.service.server.prerequisites import Runtime
 from hookrelay.service.server.settings import Settings
+from tests.harness.procs import COVERAGE_VARIABLES
 from tests.receiver import Receiver
 from tests.support import (
     ADMIN,
     ADMIN_TOKEN,
     ROOT,
     ServeProcess,
+    clone_template,
     dispatcher_env,
     free_port,
     master_key,
@@ -54,6 +56,52 @@ from tests.support import (
 os.environ.setdefault("HOOKRELAY_WORKERS", "1")
 
 
+# The modules that take longest under scripts/check (``--durations=0``, summed per
+# module), longest first. The parallel workers take whole modules (``--dist loadfile``)
+# in collection order, and one long module handed out last would keep the run waiting
+# on its worker alone; the rest keep their order.
+LONGEST_FIRST = (
+    "tests/test_openapi.py",
+    "tests/test_migrate.py",
+    "tests/test_cli.py",
+    "tests/cluster/test_cluster.py",
+    "tests/test_packaging.py",
+    "tests/test_listen.py",
+    "tests/test_upgrade.py",
+    "tests/test_guard.py",
+    "tests/test_schema_compat.py",
+    "tests/test_readme.py",
+    "tests/test_crash.py",
+    "tests/test_lifecycle.py",
+    "tests/test_workers.py",
+    "tests/test_drivers.py",
+    "tests/test_masterkey.py",
+    "tests/test_serving.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.partition("::")[0], len(rank)))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _processes_measured(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Coverage measures the hookrelay processes a test starts only in the modules
+    marked ``processes``, which exist to cover what runs there alone (the CLI, the
+    supervisor, the servers' lifecycle). Elsewhere a child process is the means, not
+    the subject, and measuring it cost the suite a tenth of its time. Module-scoped
+    and autouse, so it comes before the module's own fixtures start anything."""
+    if request.node.get_closest_marker("processes") is not None:
+        yield
+        return
+    saved = {name: os.environ.pop(name) for name in COVERAGE_VARIABLES if name in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
 @pytest.fixture(scope="session")
 def anyio_backend() -> str:
     return "asyncio"
@@ -65,7 +113,28 @@ def server_dsn() -> str:
     url = os.environ.get("TEST_DATABASE_URL")
     if url:
         return url
-    return embedded.start(ROOT / ".hookrelay-test")
+    dsn = embedded.start(ROOT / ".hookrelay-test")
+    asyncio.run(_throwaway(dsn))
+    return dsn
+
+
+async def _throwaway(dsn: str) -> None:
+    """The tests' own embedded server keeps nothing worth an fsync.
+
+    Every test drops the database it had, and each DROP DATABASE asks for a checkpoint:
+    with fsync on, one of those under the suite's load flushed for seconds while every
+    commit waited behind it. Off for this server alone (ALTER SYSTEM, in its data
+    directory): commits still reach the operating system, so a killed PostgreSQL
+    process loses nothing, as the crash tests need; only a power cut would. A server of
+    yours (``TEST_DATABASE_URL``) is left as it is.
+    """
+    conn = await asyncpg.connect(dsn)
+    try:
+        if await conn.fetchval("SHOW fsync") == "on":
+            await conn.execute("ALTER SYSTEM SET fsync = off")
+            await conn.execute("SELECT pg_reload_conf()")
+    finally:
+        await conn.close()
 
 
 async def drop_database(server_dsn: str, name: str) -> None:
@@ -114,17 +183,6 @@ def dropper(server_dsn: str) -> Iterator[Callable[[str], None]]:
         yield drop
         for dropped in pending:
             dropped.result()  # a failed drop fails the session
-
-
-async def clone_template(server_dsn: str, template_db: str) -> str:
-    """A new database cloned from the migrated template; its name."""
-    name = f"hookrelay_t_{uuid.uuid4().hex[:12]}"
-    conn = await asyncpg.connect(server_dsn)
-    try:
-        await conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-    finally:
-        await conn.close()
-    return name
 
 
 @pytest.fixture

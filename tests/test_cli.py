@@ -36,7 +36,7 @@ from tests.support import (
     wait_drained,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.processes]
 
 
 async def test_tenants_create_prints_working_credentials(pool, runtime, dsn) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.processes]
 
 
 async def test_release_rolls_back_an_open_transaction(dsn: str) -> None:

@@ -39,7 +39,7 @@ from tests.support import (
     wait_for_port,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.processes]
 METRICS_TOKEN = "test-metrics-token"
 DELIVERED = 'hookrelay_deliveries_total{outcome="delivered"}'
 

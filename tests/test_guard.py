@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import json
 import secrets
-import uuid
 from typing import Any
 
 import asyncpg
@@ -82,12 +81,9 @@ async def env(server_dsn: str, template_db: str, tmp_path_factory: Any) -> Any:
     before it could write, and a database per case made the module take minutes."""
     from dataclasses import replace
 
-    from tests.support import ADMIN_TOKEN, with_database
+    from tests.support import ADMIN_TOKEN, clone_template, with_database
 
-    name = f"hookrelay_guard_{uuid.uuid4().hex[:10]}"
-    conn = await asyncpg.connect(server_dsn)
-    await conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-    await conn.close()
+    name = await clone_template(server_dsn, template_db)
     dsn = with_database(server_dsn, name)
     key = base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
     settings = Settings(

@@ -28,7 +28,7 @@ from hookrelay.service.server.embedded_recovery import servers_for
 from tests.receiver import Receiver
 from tests.support import ADMIN_TOKEN, ROOT, bearer, free_port
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.processes]
 ADMIN = bearer(ADMIN_TOKEN)
 
 

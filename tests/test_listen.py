@@ -26,7 +26,7 @@ from tests.support import (
     wait_for_port,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.processes]
 
 
 class Listen:

@@ -36,7 +36,7 @@ from tests.support import (
     wait_for_port,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.processes]
 
 
 def new_key() -> str:

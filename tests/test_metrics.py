@@ -11,7 +11,7 @@ from hookrelay.outbox.dispatch.dispatcher import running
 from tests.receiver import Receiver
 from tests.support import ADMIN, backlog, dispatcher, eventually, wait_drained
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.processes]
 
 
 def value(text: str, series: str) -> float:

@@ -20,7 +20,7 @@ from hookrelay.outbox.tenants import hash_api_key
 from tests.conftest import NewDb
 from tests.support import ROOT, cli_env, dispatcher, run_cli, wait_drained
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.processes]
 
 # The schema as the catalog sees it, every part that could differ between two
 # ways of building it. Only user tables in `public`.

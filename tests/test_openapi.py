@@ -248,6 +248,7 @@ async def test_schemathesis_finds_no_5xx_and_no_schema_break(
 
     import httpx
 
+    from tests.harness.procs import uncovered
     from tests.support import ADMIN_TOKEN
 
     url, key = live_api
@@ -292,6 +293,7 @@ async def test_schemathesis_finds_no_5xx_and_no_schema_break(
         f"Authorization: Bearer {key if who == 'tenant' else ADMIN_TOKEN}",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
+        env=uncovered(),
     )
     out, _ = await proc.communicate()
     report = out.decode(errors="replace")

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.procs import uncovered
 from tests.support import ROOT
 
 SERVER = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -80,6 +81,7 @@ def test_the_editable_install_exposes_only_hookrelay(tmp_path: Path) -> None:
 def _wheel(project: Path, out: Path) -> Path:
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(project)],
+        env=uncovered(),
         check=True,
         capture_output=True,
         timeout=300,

@@ -10,6 +10,8 @@ from hookrelay.outbox.errors import ConfigurationError
 from hookrelay.service.server.prerequisites import ADMIN_TOKEN_FILE, open_dsn, prepare
 from hookrelay.service.server.settings import Settings
 
+pytestmark = pytest.mark.processes
+
 KEY = base64.b64encode(bytes(range(32))).decode()
 
 

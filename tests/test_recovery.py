@@ -8,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from hookrelay.service.server.embedded_recovery import is_our_postmaster, prune_handles, recover
+
+pytestmark = pytest.mark.processes
 
 
 def dead_pid() -> int:

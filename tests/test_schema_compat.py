@@ -21,7 +21,7 @@ from tests.conftest import NewDb
 from tests.receiver import Receiver
 from tests.support import ADMIN, ServeProcess, cli_env, master_key, run_cli, service_env
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.processes]
 
 
 async def _migrated(dsn: str, *, upto: int | None = None) -> None:

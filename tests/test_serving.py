@@ -10,7 +10,7 @@ import pytest
 from hookrelay.service.server.event_loop import run
 from tests.support import bearer
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.processes]
 
 
 async def test_oversized_headers_get_a_clear_4xx(live_api) -> None:

@@ -15,6 +15,8 @@ from hookrelay.service.server import settings
 from hookrelay.service.server.settings import Settings, SettingsError
 from tests.support import ROOT
 
+pytestmark = pytest.mark.processes
+
 
 def test_defaults_match_the_contract() -> None:
     s = Settings.from_env({})

@@ -11,7 +11,7 @@ import pytest
 from hookrelay.outbox.store import OUTBOX_CHANNEL, TASKS_CHANNEL, changes
 from tests.support import ADMIN, bearer, eventually
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.processes]
 HOOK = "http://127.0.0.1:9/hook"
 
 

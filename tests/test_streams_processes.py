@@ -13,7 +13,7 @@ import pytest
 from tests.support import ADMIN, bearer, dispatcher_env, free_port, start, wait_for_port
 from tests.test_streams_sse import Events
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.processes]
 HOOK = "http://127.0.0.1:9/hook"
 
 

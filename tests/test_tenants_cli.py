@@ -9,7 +9,7 @@ import pytest
 from hookrelay.outbox.tenants import authenticate
 from tests.support import cli_env, run_cli
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.processes]
 
 
 async def test_list_then_rotate_key(pool, runtime, dsn) -> None:

@@ -25,7 +25,7 @@ from hookrelay.service.server.settings import Settings
 from tests.receiver import Receiver
 from tests.support import ADMIN, ROOT, bearer, dispatcher_env, eventually, free_port, hookrelay
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.processes]
 HOOK = "http://127.0.0.1:9/hook"
 
 

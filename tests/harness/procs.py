@@ -61,6 +61,20 @@ def service_env(
     return env
 
 
+# What coverage's subprocess patch (pyproject.toml, [tool.coverage.run]) passes to every
+# Python child so that it measures itself.
+COVERAGE_VARIABLES = ("COVERAGE_PROCESS_CONFIG", "COVERAGE_PROCESS_START")
+
+
+def uncovered(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's) for a child that runs none of hookrelay's code
+    (schemathesis, pip): measuring it would only slow it down, several times over."""
+    env = dict(os.environ if env is None else env)
+    for name in COVERAGE_VARIABLES:
+        env.pop(name, None)
+    return env
+
+
 def wait_for_port(
     port: int,
     proc: subprocess.Popen[bytes] | None = None,
