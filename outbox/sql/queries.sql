@@ -153,59 +153,84 @@ SELECT t.signature_scheme, s.scheme, s.public_key, s.created_at, s.expires_at
    FROM pg_stat_activity
   WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL);
 
--- name: _new_task
-INSERT INTO tasks (id, tenant_id, type, input, callback_url, metadata, timeout_at,
-                   heartbeat_timeout_s, on_timeout)
-VALUES ($1, $2, $3, $4, $5, $6,
-        CASE WHEN $7::float8 IS NULL THEN NULL ELSE now() + make_interval(secs => $7) END,
-        $8, $9)
-RETURNING *
-
--- name: _task_host
--- $10: the callback URL's destination key (hookrelay.outbox.destinations), kept by
--- the URL's origin so that finish_task needs no Python between its parts; an
--- origin seen before is only looked up. NULL: none kept (the completion then takes
--- a transaction).
-hosted AS (INSERT INTO destination_keys (origin, host)
-           SELECT url_origin(callback_url), $10 FROM task WHERE $10::text IS NOT NULL
-           ON CONFLICT (origin) DO NOTHING)
-
--- name: _new_task_headers
--- The new task's callback headers, sealed ($11) with their names ($12), in their own
--- table (0019) when it has any: a column on tasks would change what older releases'
--- cached `SELECT *` statements return, failing them once in a transaction.
-hdr AS (INSERT INTO callback_headers (task_id, names, sealed)
-        SELECT id, $12::text[], $11::bytea FROM task WHERE $11::bytea IS NOT NULL)
-
--- name: insert_task
-WITH task AS ({{_new_task}}), {{_task_host}}, {{_new_task_headers}}
-SELECT *, $12::text[] AS callback_header_names FROM task;
-
--- name: insert_task_keyed
--- A submit with an Idempotency-Key ($13, request hash $14): the task and its key
--- in one statement, inside the transaction that holds the key's lock.
-WITH task AS ({{_new_task}}), {{_task_host}}, {{_new_task_headers}},
-     kept AS (INSERT INTO idempotency_keys (tenant_id, key, request_hash, task_id)
-              SELECT tenant_id, $13, $14, id FROM task)
-SELECT *, $12::text[] AS callback_header_names FROM task;
-
--- name: insert_task_traced
--- A submit with a W3C trace context ($13 traceparent, $14 tracestate, checked by the
--- caller; 0022): the task and its trace in one statement. A submit with none writes
--- no trace row (its webhooks' trace-id is derived from the event id).
-WITH task AS ({{_new_task}}), {{_task_host}}, {{_new_task_headers}},
-     traced AS (INSERT INTO task_traces (task_id, traceparent, tracestate)
-                SELECT id, $13, $14 FROM task)
-SELECT *, $12::text[] AS callback_header_names FROM task;
-
--- name: insert_task_keyed_traced
--- Both: an Idempotency-Key ($13, request hash $14) and a trace context ($15, $16).
-WITH task AS ({{_new_task}}), {{_task_host}}, {{_new_task_headers}},
-     kept AS (INSERT INTO idempotency_keys (tenant_id, key, request_hash, task_id)
-              SELECT tenant_id, $13, $14, id FROM task),
-     traced AS (INSERT INTO task_traces (task_id, traceparent, tracestate)
-                SELECT id, $15, $16 FROM task)
-SELECT *, $12::text[] AS callback_header_names FROM task;
+-- name: insert_tasks
+-- Submits, one or many, in ONE statement: hookrelay's API coalesces the submits that
+-- arrive together (hookrelay.outbox.tasks.group_commit), so that a burst of them
+-- shares one round trip and one commit; an executor's create_task sends a batch of
+-- one inside its own transaction. Each array holds one value per submit, in order:
+-- $1 task ids, $2 tenants, $3 types, $4 inputs, $6 metadata and $9 onTimeout as JSON
+-- text (cast here, so no connection needs a jsonb codec), $5 callback URLs, $7 and $8
+-- timeoutSeconds and heartbeatTimeoutSeconds, $10 the URL's destination key
+-- (hookrelay.outbox.destinations; NULL: none kept), $11 the sealed callback headers
+-- and $12 their names joined by commas (HTTP header names hold none), $13 and $14
+-- an Idempotency-Key and its request hash, $15 and $16 the submitter's W3C trace
+-- context (traceparent, tracestate; checked by the caller). NULL where a submit has
+-- none of a thing.
+-- A keyed submit takes its key's advisory lock for the rest of the transaction, as
+-- every writer of a key does; one held elsewhere (a submit with the same key still
+-- in its transaction) makes that submit "in flight" and writes nothing for it. A key
+-- already stored writes nothing either (ON CONFLICT, which sees keys committed after
+-- this statement's snapshot too): the caller then reads the stored one. The other
+-- submits of the statement are written either way. Each row back is one submit, by
+-- its task id: the task's columns when it was written, else NULL.
+WITH n AS MATERIALIZED (
+    SELECT *
+      FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                  $7::float8[], $8::float8[], $9::text[], $10::text[], $11::bytea[],
+                  $12::text[], $13::text[], $14::bytea[], $15::text[], $16::text[])
+        AS n(id, tenant_id, type, input, callback_url, metadata, timeout_s,
+             heartbeat_timeout_s, on_timeout, host, sealed, header_names, idem_key,
+             idem_hash, traceparent, tracestate)
+), locked AS MATERIALIZED (
+    -- MATERIALIZED: each key's lock is tried exactly once.
+    SELECT n.id, pg_try_advisory_xact_lock(hashtextextended(n.tenant_id || ':' || n.idem_key, 42))
+               AS got
+      FROM n WHERE n.idem_key IS NOT NULL
+), kept AS (
+    INSERT INTO idempotency_keys (tenant_id, key, request_hash, task_id)
+    SELECT n.tenant_id, n.idem_key, n.idem_hash, n.id FROM n JOIN locked l ON l.id = n.id
+     WHERE l.got
+    ON CONFLICT (tenant_id, key) DO NOTHING
+    RETURNING task_id
+), task AS (
+    INSERT INTO tasks (id, tenant_id, type, input, callback_url, metadata, timeout_at,
+                       heartbeat_timeout_s, on_timeout)
+    SELECT n.id, n.tenant_id, n.type, n.input::jsonb, n.callback_url, n.metadata::jsonb,
+           CASE WHEN n.timeout_s IS NULL THEN NULL
+                ELSE now() + make_interval(secs => n.timeout_s) END,
+           n.heartbeat_timeout_s, n.on_timeout::jsonb
+      FROM n
+     WHERE n.idem_key IS NULL OR n.id IN (SELECT kept.task_id FROM kept)
+    RETURNING *
+), hosted AS (
+    -- The destination key, kept by the URL's origin so that finish_task needs no
+    -- Python between its parts; an origin seen before is only looked up.
+    INSERT INTO destination_keys (origin, host)
+    SELECT DISTINCT ON (url_origin(n.callback_url)) url_origin(n.callback_url), n.host
+      FROM n JOIN task ON task.id = n.id
+     WHERE n.host IS NOT NULL
+    ON CONFLICT (origin) DO NOTHING
+), hdr AS (
+    -- Callback headers in their own table (0019): a column on tasks would change
+    -- what older releases' cached `SELECT *` statements return, failing them once
+    -- in a transaction.
+    INSERT INTO callback_headers (task_id, names, sealed)
+    SELECT n.id, string_to_array(n.header_names, ','), n.sealed
+      FROM n JOIN task ON task.id = n.id
+     WHERE n.sealed IS NOT NULL
+), traced AS (
+    -- Only a submit that carries a trace context writes a trace row (0022); the
+    -- webhooks of the others derive their trace-id from the event id.
+    INSERT INTO task_traces (task_id, traceparent, tracestate)
+    SELECT n.id, n.traceparent, n.tracestate
+      FROM n JOIN task ON task.id = n.id
+     WHERE n.traceparent IS NOT NULL
+)
+SELECT n.id AS submitted, l.got IS FALSE AS in_flight, task.*,
+       string_to_array(n.header_names, ',') AS callback_header_names
+  FROM n
+  LEFT JOIN locked l ON l.id = n.id
+  LEFT JOIN task ON task.id = n.id;
 
 -- name: _task_as_text
 -- A task row with its jsonb columns as JSON text, for the statements an
@@ -243,34 +268,51 @@ SELECT t.*, (SELECT h.names FROM callback_headers h WHERE h.task_id = t.id) AS c
  LIMIT $6;
 
 -- name: _transition_set
--- A transition's changes to the task row, shared by transition_task and finish_task.
--- $2 the new status; $3 and $4 result and error as JSON text (cast here, so no
--- connection needs a jsonb codec); $5 the new event id of a terminal transition,
--- which also starts the delivery summary.
-SET status = $2,
-    result = COALESCE($3::text::jsonb, result),
-    error = COALESCE($4::text::jsonb, error),
-    updated_at = now(),
-    completed_at = CASE WHEN $5::text IS NULL THEN completed_at ELSE now() END,
-    version = version + 1,
-    event_id = COALESCE($5, event_id),
-    delivery_status = CASE WHEN $5::text IS NULL THEN delivery_status ELSE 'pending' END,
-    next_attempt_at = CASE WHEN $5::text IS NULL THEN next_attempt_at ELSE now() END,
-    -- Starting is the first sign of life; the heartbeat clock runs only while running.
-    heartbeat_at = CASE WHEN $2 = 'running' THEN now() ELSE heartbeat_at END,
-    heartbeat_due_at = CASE WHEN $2 = 'running' AND heartbeat_timeout_s IS NOT NULL
-                            THEN now() + make_interval(secs => heartbeat_timeout_s) END
+-- A transition's changes to the task row and the state machine's guard, shared by
+-- transition_task, finish_task and finish_tasks. The changes come from the row n:
+-- n.status the new status; n.result and n.error as JSON text (cast here, so no
+-- connection needs a jsonb codec); n.event_id the new event id of a terminal
+-- transition, which also starts the delivery summary. The state machine lives in
+-- the WHERE clause: the row changes only if its current status is one of n.allowed
+-- (comma-separated), so two racing transitions cannot both win; n.tenant_id NULL
+-- means any tenant (executor and ops).
+UPDATE tasks
+   SET status = n.status,
+       result = COALESCE(n.result::jsonb, tasks.result),
+       error = COALESCE(n.error::jsonb, tasks.error),
+       updated_at = now(),
+       completed_at = CASE WHEN n.event_id IS NULL THEN tasks.completed_at ELSE now() END,
+       version = tasks.version + 1,
+       event_id = COALESCE(n.event_id, tasks.event_id),
+       delivery_status = CASE WHEN n.event_id IS NULL THEN tasks.delivery_status
+                              ELSE 'pending' END,
+       next_attempt_at = CASE WHEN n.event_id IS NULL THEN tasks.next_attempt_at
+                              ELSE now() END,
+       -- Starting is the first sign of life; the heartbeat clock runs only while running.
+       heartbeat_at = CASE WHEN n.status = 'running' THEN now() ELSE tasks.heartbeat_at END,
+       heartbeat_due_at = CASE WHEN n.status = 'running' AND tasks.heartbeat_timeout_s IS NOT NULL
+                               THEN now() + make_interval(secs => tasks.heartbeat_timeout_s) END
+  FROM n
+ WHERE tasks.id = n.id AND tasks.status = ANY(string_to_array(n.allowed, ','))
+   AND (n.tenant_id IS NULL OR tasks.tenant_id = n.tenant_id)
+
+-- name: _one_transition
+-- The row n of a single transition: $1 the task, $2 its new status, $3 and $4 result
+-- and error, $5 the new event id, $6 the statuses it may leave (comma-separated), $7
+-- the tenant.
+n AS (SELECT $1::text AS id, $2::text AS status, $3::text AS result, $4::text AS error,
+             $5::text AS event_id, $6::text AS allowed, $7::text AS tenant_id, 0 AS ord)
 
 -- name: transition_task
--- The state machine lives in the WHERE clause: the row changes only if its
--- current status is one of $6, so two racing transitions cannot both win.
--- The event of a terminal one is then written by insert_outbox, in the same
--- transaction. Only for a task submitted before 0018, which has no destination
--- key in destination_keys: finish_task does the rest in one statement.
-UPDATE tasks
-{{_transition_set}}
- WHERE id = $1 AND status = ANY($6::text[]) AND ($7::text IS NULL OR tenant_id = $7)
-RETURNING {{_task_as_text}};
+-- The guarded transition alone; the event of a terminal one is then written by
+-- insert_outbox, in the same transaction. Only for a task submitted before 0018,
+-- which has no destination key in destination_keys: finish_task does the rest in
+-- one statement.
+WITH {{_one_transition}}, t AS (
+    {{_transition_set}}
+    RETURNING tasks.*
+)
+SELECT {{_task_as_text}} FROM t;
 
 -- name: _event_body
 -- The webhook body of the terminal event of t (the task as the transition leaves
@@ -315,54 +357,95 @@ RETURNING {{_task_as_text}};
            '[]')
     || '}}'
 
--- name: finish_task
--- A task's transition and, when terminal ($5 = its new event id), its event and
--- outbox row, in ONE statement: under autocommit (hookrelay's API) one round
--- trip commits all three or nothing; in an executor's transaction they commit
--- with its work. The state machine lives in the WHERE clause, as in
--- transition_task: the row changes only if its status is one of $6, so two
--- racing transitions cannot both win, and nothing else is written by the loser.
--- The event body is built here from the row the UPDATE returns (_event_body),
--- stored once in events and never changed; the outbox row carries the
--- destination key computed at submit (destination_keys, by the URL's origin). A
--- task whose origin has none (submitted by a release before 0018) is left
--- unchanged, no row comes back, and the caller completes it the older way
--- (transition_task, insert_outbox) in a transaction.
-WITH t AS (
-    UPDATE tasks
+-- name: _finish
+-- A transition of each row n and, when terminal (n.event_id its new event id), its
+-- event and outbox row, all in the statement that holds this fragment. The event
+-- body is built here from the row the UPDATE returns (_event_body), stored once in
+-- events and never changed; the outbox row carries the destination key computed at
+-- submit (destination_keys, by the URL's origin). A task whose origin has none
+-- (submitted by a release before 0018) is left unchanged, no row comes back for
+-- it, and the caller completes it the older way (transition_task, insert_outbox) in
+-- a transaction. RETURNING n.ord: which row of n changed the task.
+t AS (
     {{_transition_set}}
-     WHERE id = $1 AND status = ANY($6::text[]) AND ($7::text IS NULL OR tenant_id = $7)
-       AND ($5::text IS NULL OR EXISTS (
-               SELECT FROM destination_keys WHERE origin = url_origin(callback_url)))
-    RETURNING *
+       AND (n.event_id IS NULL OR EXISTS (
+               SELECT FROM destination_keys WHERE origin = url_origin(tasks.callback_url)))
+    RETURNING tasks.*, n.ord
 ), stored AS (
     INSERT INTO events (event_id, tenant_id, task_id, event_type, body)
     SELECT t.event_id, t.tenant_id, t.id, 'task.' || t.status, {{_event_body}}
-      FROM t WHERE $5::text IS NOT NULL
+      FROM t JOIN n ON n.ord = t.ord WHERE n.event_id IS NOT NULL
 ), queued AS (
     INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host)
     SELECT t.event_id, t.tenant_id, t.id, 'task.' || t.status, t.callback_url, h.host
-      FROM t JOIN destination_keys h ON h.origin = url_origin(t.callback_url)
-     WHERE $5::text IS NOT NULL
+      FROM t JOIN n ON n.ord = t.ord
+      JOIN destination_keys h ON h.origin = url_origin(t.callback_url)
+     WHERE n.event_id IS NOT NULL
 )
+
+-- name: finish_task
+-- A task's transition and, when terminal ($5 = its new event id), its event and
+-- outbox row, in ONE statement (_finish): in an executor's transaction they commit
+-- with its work; the loser of two racing transitions writes nothing.
+WITH {{_one_transition}}, {{_finish}}
 SELECT {{_task_as_text}} FROM t;
 
--- name: report_progress
--- A progress call on a running task: the report, a new version, and the next
--- heartbeat deadline. Percent never goes backwards (an equal one is a plain
--- heartbeat); no row back means not found, not running, or backwards.
+-- name: finish_tasks
+-- Transitions of many tasks in ONE statement, as finish_task does one: hookrelay's
+-- API coalesces the starts, completes and cancels that arrive together
+-- (hookrelay.outbox.tasks.group_commit), under autocommit, so a burst shares one
+-- round trip and one commit. Each array holds one value per transition, in order:
+-- $1 its number in the batch, then as _one_transition's $1 to $7. The batch never
+-- holds two transitions of one task (the coalescer holds the second back for the
+-- next statement), so each task changes at most once. A row back for each one that
+-- changed its task, by its number; none for a refused one (not found, not allowed,
+-- or a task without a destination key), which the caller looks at alone.
+WITH n AS MATERIALIZED (
+    SELECT *
+      FROM unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                  $7::text[], $8::text[])
+        AS n(ord, id, status, result, error, event_id, allowed, tenant_id)
+), {{_finish}}
+SELECT t.ord, {{_task_as_text}} FROM t;
+
+-- name: _progress_set
+-- A progress call on a running task, from the row n (n.id, n.percent, n.message,
+-- n.tenant_id): the report, a new version, and the next heartbeat deadline. Percent
+-- never goes backwards (an equal one is a plain heartbeat); no row back means not
+-- found, not running, or backwards. Shared by report_progress and report_progresses.
 UPDATE tasks
    SET progress = jsonb_build_object(
-           'percent', $2::float8, 'message', $3::text,
+           'percent', n.percent, 'message', n.message,
            'updatedAt', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')),
-       version = version + 1,
+       version = tasks.version + 1,
        updated_at = now(),
        heartbeat_at = now(),
-       heartbeat_due_at = CASE WHEN heartbeat_timeout_s IS NOT NULL
-                               THEN now() + make_interval(secs => heartbeat_timeout_s) END
- WHERE id = $1 AND status = 'running' AND ($4::text IS NULL OR tenant_id = $4)
-   AND COALESCE((progress ->> 'percent')::float8, 0) <= $2
-RETURNING {{_task_as_text}};
+       heartbeat_due_at = CASE WHEN tasks.heartbeat_timeout_s IS NOT NULL
+                               THEN now() + make_interval(secs => tasks.heartbeat_timeout_s) END
+  FROM n
+ WHERE tasks.id = n.id AND tasks.status = 'running'
+   AND (n.tenant_id IS NULL OR tasks.tenant_id = n.tenant_id)
+   AND COALESCE((tasks.progress ->> 'percent')::float8, 0) <= n.percent
+RETURNING tasks.*, n.ord
+
+-- name: report_progress
+-- One report: $1 the task, $2 percent, $3 message, $4 the tenant (NULL: any).
+WITH n AS (SELECT $1::text AS id, $2::float8 AS percent, $3::text AS message,
+                  $4::text AS tenant_id, 0 AS ord),
+     t AS ({{_progress_set}})
+SELECT {{_task_as_text}} FROM t;
+
+-- name: report_progresses
+-- Reports on many tasks in ONE statement (the API coalesces those that arrive
+-- together, hookrelay.outbox.tasks.group_commit): one value per report in each array,
+-- $1 its number in the batch, then as report_progress's $1 to $4. Never two reports
+-- on one task in a batch. A row back for each one written, by its number.
+WITH n AS MATERIALIZED (
+    SELECT *
+      FROM unnest($1::int[], $2::text[], $3::float8[], $4::text[], $5::text[])
+        AS n(ord, id, percent, message, tenant_id)
+), t AS ({{_progress_set}})
+SELECT t.ord, {{_task_as_text}} FROM t;
 
 -- name: notify_task
 -- Wakes the watchers of one task at commit (and no dispatcher: nothing to send).

@@ -14,6 +14,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from enum import Enum
 from typing import Any
 
 import asyncpg
@@ -24,19 +25,18 @@ from hookrelay.outbox.sql import sql
 from hookrelay.outbox.store.events import TASKS_CHANNEL
 from hookrelay.outbox.store.steps import Step
 
-_INSERT_TASK = sql("insert_task")
-_INSERT_TASK_KEYED = sql("insert_task_keyed")
-_INSERT_TASK_TRACED = sql("insert_task_traced")
-_INSERT_TASK_KEYED_TRACED = sql("insert_task_keyed_traced")
+_INSERT_TASKS = sql("insert_tasks")
 _GET_TASK = sql("get_task")
 _LOCK_TASK = sql("lock_task")
 _LIST_TASKS = sql("list_tasks")
 _TRANSITION_TASK = sql("transition_task")
 _FINISH_TASK = sql("finish_task")
+_FINISH_TASKS = sql("finish_tasks")
 _CLAIM_OVERDUE_TASKS = sql("claim_overdue_tasks")
 _IDEMPOTENCY_LOCK = sql("idempotency_lock")
 _IDEMPOTENCY_GET = sql("idempotency_get")
 _REPORT_PROGRESS = sql("report_progress")
+_REPORT_PROGRESSES = sql("report_progresses")
 _NOTIFY_TASK = sql("notify_task")
 _CLAIM_SILENT_TASKS = sql("claim_silent_tasks")
 
@@ -65,52 +65,88 @@ def json_text(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
 
 
-async def insert_task(
-    conn: asyncpg.Connection,
-    *,
-    task_id: TaskId,
-    tenant_id: str,
-    type: str,
-    input: Any,
-    callback_url: str,
-    metadata: Any,
-    timeout_s: float | None,
-    heartbeat_timeout_s: float | None = None,
-    on_timeout: Any = None,
-    callback_host: str | None = None,
-    callback_headers: tuple[bytes | None, list[str] | None] = (None, None),
-    idempotency: tuple[str, bytes] | None = None,
-    trace: tuple[str, str | None] | None = None,
-) -> Task:
-    """A new queued task; ``timeout_s`` None means no deadline. ``callback_host``:
-    the callback URL's destination key, kept in ``destination_keys``, which lets
-    :func:`finish_step` complete it in one statement (None: completed as a task of an
-    older release is).
+@dataclass(frozen=True, slots=True)
+class TaskInsert:
+    """One submit of :func:`insert_tasks`: the task's columns as its statement takes them.
 
-    ``idempotency`` (key, request hash) stores the key with it, in the same
-    statement; :class:`IdempotencyInFlight` if a racing request stored it first.
-    ``callback_headers``: the sealed headers and their names (None, None for none).
-    ``trace`` is the submitter's (traceparent, tracestate), already checked; None
-    writes no trace row.
+    ``input``, ``metadata`` and ``on_timeout`` are JSON values (None: SQL NULL);
+    ``callback_host`` the callback URL's destination key, kept in ``destination_keys``,
+    which lets :func:`finish_step` complete the task in one statement (None: completed
+    as a task of an older release is); ``sealed`` and ``header_names`` its sealed
+    callback headers; ``idempotency`` (key, request hash) and ``trace`` (traceparent,
+    tracestate, already checked) None for none.
     """
-    args = (
-        *(task_id, tenant_id, type, input, callback_url, metadata),
-        *(timeout_s, heartbeat_timeout_s, on_timeout, callback_host, *callback_headers),
-    )
-    if idempotency is None:
-        if trace is None:
-            return Task.from_row(await conn.fetchrow(_INSERT_TASK, *args))
-        return Task.from_row(await conn.fetchrow(_INSERT_TASK_TRACED, *args, *trace))
-    try:
-        if trace is None:
-            row = await conn.fetchrow(_INSERT_TASK_KEYED, *args, *idempotency)
+
+    task_id: TaskId
+    tenant_id: str
+    type: str
+    input: Any
+    callback_url: str
+    metadata: Any
+    timeout_s: float | None
+    heartbeat_timeout_s: float | None = None
+    on_timeout: Any = None
+    callback_host: str | None = None
+    sealed: bytes | None = None
+    header_names: Sequence[str] | None = None
+    idempotency: tuple[str, bytes] | None = None
+    trace: tuple[str, str | None] | None = None
+
+
+class KeyTaken(Enum):
+    """Why a keyed submit of :func:`insert_tasks` wrote nothing."""
+
+    IN_FLIGHT = "in_flight"  # the key's lock is held: its first submit is still open
+    STORED = "stored"  # the key is stored already: read it (:func:`idempotency_get`)
+
+
+def _columns(rows: Sequence[TaskInsert]) -> list[list[Any]]:
+    """The sixteen arrays of ``insert_tasks``, one value per row in each."""
+    cols: list[list[Any]] = [[] for _ in range(16)]
+    for r in rows:
+        key, digest = r.idempotency or (None, None)
+        parent, state = r.trace or (None, None)
+        values = (
+            *(r.task_id, r.tenant_id, r.type, json_text(r.input), r.callback_url),
+            *(json_text(r.metadata), r.timeout_s, r.heartbeat_timeout_s),
+            *(json_text(r.on_timeout), r.callback_host, r.sealed),
+            ",".join(r.header_names) if r.header_names else None,
+            *(key, digest, parent, state),
+        )
+        for col, value in zip(cols, values, strict=True):
+            col.append(value)
+    return cols
+
+
+async def insert_tasks(
+    conn: asyncpg.Connection, rows: Sequence[TaskInsert]
+) -> list[Task | KeyTaken]:
+    """New queued tasks, in one statement: for each row its :class:`Task`, or
+    :class:`KeyTaken` for a keyed one that wrote nothing (its key's first submit is
+    in flight, or stored). The other rows are written either way."""
+    found = {r["submitted"]: r for r in await conn.fetch(_INSERT_TASKS, *_columns(rows))}
+    out: list[Task | KeyTaken] = []
+    for row in rows:
+        got = found[row.task_id]
+        if got["id"] is not None:
+            out.append(Task.from_row(got))
         else:
-            row = await conn.fetchrow(_INSERT_TASK_KEYED_TRACED, *args, *idempotency, *trace)
-    except asyncpg.UniqueViolationError as exc:
-        # The advisory lock makes this unreachable in practice; if two
-        # requests still meet here, the loser must not create a task.
-        raise IdempotencyInFlight(idempotency[0]) from exc
-    return Task.from_row(row)
+            out.append(KeyTaken.IN_FLIGHT if got["in_flight"] else KeyTaken.STORED)
+    return out
+
+
+async def insert_task(conn: asyncpg.Connection, **columns: Any) -> Task:
+    """One new queued task (the keywords of :class:`TaskInsert`).
+
+    :class:`IdempotencyInFlight` if its key's lock is held or the key is stored
+    already: the loser of two requests must not create a task.
+    """
+    row = TaskInsert(**columns)
+    [task] = await insert_tasks(conn, [row])
+    if isinstance(task, KeyTaken):
+        assert row.idempotency is not None
+        raise IdempotencyInFlight(row.idempotency[0])
+    return task
 
 
 def get_step(*, task_id: str, tenant_id: str | None = None) -> Step:
@@ -181,10 +217,9 @@ def _transition_args(
     event_id: EventId | None,
     tenant_id: str | None,
 ) -> tuple[Any, ...]:
-    # a list: psycopg binds lists, not tuples, as arrays
     return (
         *(task_id, status, json_text(result), json_text(error), event_id),
-        *(list(allowed_from), tenant_id),
+        *(",".join(allowed_from), tenant_id),
     )
 
 
@@ -205,6 +240,38 @@ def finish_step(
     ``events.insert_outbox_step`` instead."""
     args = _transition_args(task_id, status, allowed_from, result, error, event_id, tenant_id)
     return Step(_FINISH_TASK, args, task_from_text)
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One transition of :func:`finish_tasks`, as :func:`finish_step` takes it."""
+
+    task_id: str
+    status: TaskStatus
+    allowed_from: Sequence[TaskStatus]
+    result: Any = None
+    error: Any = None
+    event_id: EventId | None = None
+    tenant_id: str | None = None
+
+
+async def finish_tasks(
+    conn: asyncpg.Connection, changes: Sequence[Transition]
+) -> list[Task | None]:
+    """:func:`finish_step` for many tasks in one statement: for each change the task
+    as it left it, or None where it wrote nothing (see :func:`finish_step`). No two
+    changes may name the same task."""
+    cols: list[list[Any]] = [[] for _ in range(8)]
+    for i, c in enumerate(changes):
+        args = _transition_args(
+            c.task_id, c.status, c.allowed_from, c.result, c.error, c.event_id, c.tenant_id
+        )
+        for col, value in zip(cols, (i, *args), strict=True):
+            col.append(value)
+    out: list[Task | None] = [None] * len(changes)
+    for row in await conn.fetch(_FINISH_TASKS, *cols):
+        out[row["ord"]] = task_from_text(row)
+    return out
 
 
 async def claim_overdue_tasks(conn: asyncpg.Connection, *, limit: int) -> list[TaskId]:
@@ -236,6 +303,31 @@ def progress_step(
     """Record progress on a running task: the task, or None if not found, not running
     or backwards."""
     return Step(_REPORT_PROGRESS, (task_id, percent, message, tenant_id), task_from_text)
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """One progress report of :func:`report_progresses`, as :func:`progress_step` takes it."""
+
+    task_id: str
+    percent: float
+    message: str | None
+    tenant_id: str | None = None
+
+
+async def report_progresses(
+    conn: asyncpg.Connection, reports: Sequence[Report]
+) -> list[Task | None]:
+    """:func:`progress_step` for many tasks in one statement: for each report the task
+    as it left it, or None where it wrote nothing. No two reports may name one task."""
+    cols: list[list[Any]] = [[], [], [], [], []]
+    for i, r in enumerate(reports):
+        for col, value in zip(cols, (i, r.task_id, r.percent, r.message, r.tenant_id), strict=True):
+            col.append(value)
+    out: list[Task | None] = [None] * len(reports)
+    for row in await conn.fetch(_REPORT_PROGRESSES, *cols):
+        out[row["ord"]] = task_from_text(row)
+    return out
 
 
 def notify_task_step(*, task_id: str) -> Step:

@@ -9,6 +9,7 @@ its event sent again.
 - :mod:`.timeouts`       the sweeper: deadlines and silent executors, the retention purge
 - :mod:`.redelivery`     a terminal event sent again under its id, and the attempt log
 - :mod:`.test_events`    a signed ``ping`` to a URL, through the normal outbox
+- :mod:`.group_commit`   the API's concurrent writes coalesced, one statement per batch
 
 A terminal change writes the task and its outbox row in one transaction; delivering
 that row is :mod:`hookrelay.outbox.dispatch`'s job, not this package's.
@@ -21,6 +22,7 @@ destinations.
 Its surface, ``__all__``, is what the service imports (never its modules).
 """
 
+from hookrelay.outbox.tasks.group_commit import GroupCommit
 from hookrelay.outbox.tasks.progress import check_progress, report_progress
 from hookrelay.outbox.tasks.redelivery import attempts, redeliver
 from hookrelay.outbox.tasks.submit import (
@@ -38,6 +40,7 @@ from hookrelay.outbox.tasks.transitions import cancel_task, complete_task, start
 __all__ = [
     "PING",
     "Cursor",
+    "GroupCommit",
     "Idempotency",
     "NewTask",
     "Retention",

@@ -94,7 +94,29 @@ async def report_progress(
     running; :class:`ProgressBackwards` if ``percent`` is below the last report.
     Both carry the task as it is now.
     """
-    notify = notify and not autocommit
     with tracing.change("progress", task_id, traceparent, tracestate):
-        plan = progress_plan(task_id, percent, message, tenant_id=tenant_id, notify=notify)
-        return await run(conn, plan, atomic=not autocommit)
+        return await write_progress(
+            conn,
+            task_id,
+            percent,
+            message,
+            tenant_id=tenant_id,
+            notify=notify,
+            autocommit=autocommit,
+        )
+
+
+async def write_progress(
+    conn: Connection,
+    task_id: str,
+    percent: float,
+    message: str | None = None,
+    *,
+    tenant_id: str | None = None,
+    notify: bool = True,
+    autocommit: bool = False,
+) -> Task:
+    """:func:`report_progress` without its span (``group_commit`` opens it in the request)."""
+    notify = notify and not autocommit
+    plan = progress_plan(task_id, percent, message, tenant_id=tenant_id, notify=notify)
+    return await run(conn, plan, atomic=not autocommit)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -47,6 +47,18 @@ class Idempotency:
     request_hash: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """One submit of :func:`create_tasks`: whose, what, and its Idempotency-Key if any."""
+
+    tenant_id: str
+    spec: NewTask
+    idempotency: Idempotency | None = None
+
+
+Created = tuple[Task, bool]
+
+
 async def create_task(
     conn: asyncpg.Connection,
     tenant_id: str,
@@ -54,41 +66,73 @@ async def create_task(
     *,
     idempotency: Idempotency | None = None,
     box: SecretBox | None = None,
-) -> tuple[Task, bool]:
+) -> Created:
     """Insert a queued task; returns ``(task, created)``.
 
     With an idempotency key, a repeat of the same request returns the first
     task (``created`` False); a different body under the key raises
     :class:`IdempotencyKeyReused`; a repeat while the first is still in its
     transaction raises :class:`IdempotencyInFlight`. ``box`` (the master key's) seals
-    the spec's callback headers, if it has any.
+    the spec's callback headers, if it has any. Inside the caller's transaction if it
+    has one open (the key's lock is then held until it ends), else on its own.
     """
+    [outcome] = await create_tasks(conn, [Submission(tenant_id, spec, idempotency)], box=box)
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome
+
+
+async def create_tasks(
+    conn: asyncpg.Connection,
+    submissions: Sequence[Submission],
+    *,
+    box: SecretBox | None = None,
+) -> list[Created | Exception]:
+    """:func:`create_task` for many submits, written by one statement: for each its
+    ``(task, created)`` or the error :func:`create_task` would raise for it alone.
+
+    No two submissions may carry the same tenant and key (the coalescer sends the
+    second in the next batch). A refusal of one (a key in flight or reused) never
+    keeps the others from being written; an error of the statement itself is raised
+    for the caller to retry each alone (nothing was written).
+    """
+    out: list[Created | Exception | None] = [None] * len(submissions)
+    rows: list[store.TaskInsert] = []
+    where: list[int] = []
+    for i, sub in enumerate(submissions):
+        try:
+            rows.append(_row(sub, box))
+        except ConfigurationError as exc:
+            out[i] = exc
+        else:
+            where.append(i)
+    written = await store.insert_tasks(conn, rows) if rows else []
+    for i, task in zip(where, written, strict=True):
+        out[i] = await _outcome(conn, submissions[i], task)
+    return [o for o in out if o is not None]
+
+
+async def _outcome(
+    conn: asyncpg.Connection, sub: Submission, task: Task | store.KeyTaken
+) -> Created | Exception:
+    if isinstance(task, Task):
+        return task, True
+    assert sub.idempotency is not None, "only a keyed submit writes nothing"
+    key = sub.idempotency.key
+    if task is store.KeyTaken.STORED:
+        seen = await store.idempotency_get(conn, tenant_id=sub.tenant_id, key=key)
+        if seen is not None:
+            if seen.request_hash != sub.idempotency.request_hash:
+                return IdempotencyKeyReused(key)
+            return seen.task, False
+    # Held by a submit still in its transaction, or purged in between: ask again.
+    return IdempotencyInFlight(key)
+
+
+def _row(sub: Submission, box: SecretBox | None) -> store.TaskInsert:
+    spec = sub.spec
     if spec.callback_headers and box is None:
         raise ConfigurationError("callback headers are sealed under the master key: pass box")
-    if idempotency is None:
-        # One statement, so one round trip: nothing to keep atomic with it.
-        # (No NOTIFY: nobody can be waiting on a task that did not exist.)
-        return await _insert(conn, tenant_id, spec, box), True
-    key = idempotency.key
-    async with conn.transaction():
-        if not await store.idempotency_lock(conn, tenant_id=tenant_id, key=key):
-            raise IdempotencyInFlight(key)
-        seen = await store.idempotency_get(conn, tenant_id=tenant_id, key=key)
-        if seen is not None:
-            if seen.request_hash != idempotency.request_hash:
-                raise IdempotencyKeyReused(key)
-            return seen.task, False
-        task = await _insert(conn, tenant_id, spec, box, (key, idempotency.request_hash))
-    return task, True
-
-
-async def _insert(
-    conn: asyncpg.Connection,
-    tenant_id: str,
-    spec: NewTask,
-    box: SecretBox | None,
-    idempotency: tuple[str, bytes] | None = None,
-) -> Task:
     task_id = TaskId(ids.task_id())
     sealed, names = None, None
     if spec.callback_headers and box is not None:
@@ -96,10 +140,10 @@ async def _insert(
     # The submitter's, else the submit request's span when tracing is on; else none
     # is stored and the webhook's trace-id comes from its event id.
     trace = spec.trace or tracing.current()
-    return await store.insert_task(
-        conn,
+    idem = sub.idempotency
+    return store.TaskInsert(
         task_id=task_id,
-        tenant_id=tenant_id,
+        tenant_id=sub.tenant_id,
         type=spec.type,
         input=spec.input,
         callback_url=spec.callback_url,
@@ -108,8 +152,9 @@ async def _insert(
         heartbeat_timeout_s=spec.heartbeat_timeout_s,
         on_timeout=spec.on_timeout,
         callback_host=_destination(spec.callback_url),
-        callback_headers=(sealed, names),
-        idempotency=idempotency,
+        sealed=sealed,
+        header_names=names,
+        idempotency=None if idem is None else (idem.key, idem.request_hash),
         trace=None if trace is None else (trace.traceparent, trace.state),
     )
 

@@ -52,6 +52,8 @@ __all__ = [
     "event_body",
     "start_task",
     "timeout_task",
+    "write_completion",
+    "write_start",
 ]
 
 
@@ -72,11 +74,18 @@ async def start_task(
     function here.
     """
     with tracing.change("start", task_id, traceparent, tracestate):
-        if autocommit:
-            task = await run(conn, autocommit_plan(task_id, "running"), atomic=False)
-            assert task is not None, "a start is always one statement"
-            return task
-        return await run(conn, start_plan(task_id, notify=notify))
+        return await write_start(conn, task_id, notify=notify, autocommit=autocommit)
+
+
+async def write_start(
+    conn: Connection, task_id: str, *, notify: bool = True, autocommit: bool = False
+) -> Task:
+    """:func:`start_task` without its span (``group_commit`` opens it in the request)."""
+    if autocommit:
+        task = await run(conn, autocommit_plan(task_id, "running"), atomic=False)
+        assert task is not None, "a start is always one statement"
+        return task
+    return await run(conn, start_plan(task_id, notify=notify))
 
 
 async def complete_task(
@@ -104,15 +113,39 @@ async def complete_task(
     ignored). A task submitted by a release before 0018 still takes a transaction.
     """
     with tracing.change("complete", task_id, traceparent, tracestate, status=status):
-        if autocommit:
-            once = autocommit_plan(task_id, status, result, error, tenant_id=tenant_id)
-            task = await run(conn, once, atomic=False)
-            if task is not None:
-                return task
-            notify = False
-        return await run(
-            conn, complete_plan(task_id, status, result, error, tenant_id=tenant_id, notify=notify)
+        return await write_completion(
+            conn,
+            task_id,
+            status,
+            result,
+            error,
+            tenant_id=tenant_id,
+            notify=notify,
+            autocommit=autocommit,
         )
+
+
+async def write_completion(
+    conn: Connection,
+    task_id: str,
+    status: TerminalStatus,
+    result: Any = None,
+    error: Any = None,
+    *,
+    tenant_id: str | None = None,
+    notify: bool = True,
+    autocommit: bool = False,
+) -> Task:
+    """:func:`complete_task` without its span (``group_commit`` opens it in the request)."""
+    if autocommit:
+        once = autocommit_plan(task_id, status, result, error, tenant_id=tenant_id)
+        task = await run(conn, once, atomic=False)
+        if task is not None:
+            return task
+        notify = False
+    return await run(
+        conn, complete_plan(task_id, status, result, error, tenant_id=tenant_id, notify=notify)
+    )
 
 
 async def cancel_task(

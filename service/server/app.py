@@ -14,6 +14,7 @@ from starlette.routing import Route
 
 from hookrelay.outbox.egress import Resolver
 from hookrelay.outbox.store import create_pool
+from hookrelay.outbox.tasks import GroupCommit
 from hookrelay.service import console
 from hookrelay.service.api import openapi
 from hookrelay.service.api import tracing as api_tracing
@@ -62,6 +63,8 @@ def create_app(
         app.state.pool = pool or await create_pool(
             runtime.dsn, min_size=1, max_size=settings.db_pool_size, wait_s=settings.db_wait_s
         )
+        # The API's writes, coalesced into one statement per burst (outbox.tasks.group_commit).
+        app.state.writes = GroupCommit(app.state.pool, box=runtime.secret_box)
         app.state.watcher = TaskWatcher(runtime.dsn)
         await app.state.watcher.start()
         await app.state.hub.start(app.state.pool)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
 
-import asyncpg
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
@@ -15,7 +13,7 @@ from starlette.routing import Route
 from hookrelay.outbox import tasks as outbox_tasks
 from hookrelay.outbox import tracing
 from hookrelay.outbox.models import Task
-from hookrelay.outbox.tasks import Idempotency, NewTask, create_task, get_task
+from hookrelay.outbox.tasks import Idempotency, NewTask, get_task
 from hookrelay.service.api import listing, shapes, validation
 from hookrelay.service.api.auth import Caller, caller, require_admin, require_tenant
 from hookrelay.service.api.bodies import answer, read_body, read_query
@@ -23,7 +21,6 @@ from hookrelay.service.api.callback_url import check_callback_url
 from hookrelay.service.api.errors import NotFound
 
 RETRY_AFTER_S = "1"
-Change = Callable[[asyncpg.Connection, str], Awaitable[Task]]
 
 
 def task_response(task: Task, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -56,10 +53,7 @@ async def submit(request: Request) -> Response:
         ),
     )
     idem = Idempotency(key, validation.canonical_hash(body)) if key else None
-    async with request.app.state.pool.acquire() as conn:
-        task, created = await create_task(
-            conn, tenant_id, spec, idempotency=idem, box=state.secret_box
-        )
+    task, created = await state.writes.submit(tenant_id, spec, idem)
     headers = {"Location": f"/v1/tasks/{task.id}"}
     if created:
         request.app.state.signals.committed(task.id)
@@ -144,54 +138,43 @@ async def index(request: Request) -> Response:
     return Response(body, media_type="application/json")
 
 
-# The API's own writes are one statement each, under autocommit (``autocommit=True``:
-# one round trip, no BEGIN or COMMIT), and send no NOTIFY: ``_apply`` signals after
-# the commit instead (service/live/wakeups.py says why).
+# The API's own writes are one statement each, under autocommit, coalesced with the
+# writes of the same kind arriving with them (outbox.tasks.group_commit), and send no
+# NOTIFY: ``_answer`` signals after the commit instead (service/live/wakeups.py says why).
 
 
 async def start(request: Request) -> Response:
     await require_admin(request)
-    return await _apply(
-        request, lambda conn, tid: outbox_tasks.start_task(conn, tid, autocommit=True)
-    )
+    return _answer(request, await request.app.state.writes.start(request.path_params["task_id"]))
 
 
 async def complete(request: Request) -> Response:
     await require_admin(request)
     body = await read_body(request, shapes.CompleteBody)
-    return await _apply(
-        request,
-        lambda conn, tid: outbox_tasks.complete_task(
-            conn, tid, body.status, body.result, body.error, autocommit=True
-        ),
+    writes = request.app.state.writes
+    task = await writes.complete(
+        request.path_params["task_id"], body.status, body.result, body.error
     )
+    return _answer(request, task)
 
 
 async def progress(request: Request) -> Response:
     await require_admin(request)
     body = await read_body(request, shapes.ProgressBody)
-    return await _apply(
-        request,
-        lambda conn, tid: outbox_tasks.report_progress(
-            conn, tid, body.percent, body.message, autocommit=True
-        ),
-    )
+    writes = request.app.state.writes
+    task = await writes.progress(request.path_params["task_id"], body.percent, body.message)
+    return _answer(request, task)
 
 
 async def cancel(request: Request) -> Response:
     who = await caller(request)
     await read_body(request, shapes.NoBody, required=False)
-    return await _apply(
-        request,
-        lambda conn, tid: outbox_tasks.cancel_task(
-            conn, tid, tenant_id=who.tenant_id, autocommit=True
-        ),
-    )
+    writes = request.app.state.writes
+    task = await writes.cancel(request.path_params["task_id"], tenant_id=who.tenant_id)
+    return _answer(request, task)
 
 
-async def _apply(request: Request, change: Change) -> Response:
-    async with request.app.state.pool.acquire() as conn:
-        task = await change(conn, request.path_params["task_id"])
+def _answer(request: Request, task: Task) -> Response:
     request.app.state.signals.committed(task.id, event=task.terminal)
     return task_response(task)
 
