@@ -21,7 +21,7 @@ from hookrelay.outbox.errors import (
     TaskNotFound,
 )
 from hookrelay.outbox.tasks import GroupCommit, Idempotency, NewTask
-from hookrelay.outbox.tasks.group_commit import Batcher
+from hookrelay.outbox.tasks.group_commit import Alone, Batcher
 from hookrelay.outbox.tasks.state_changes import event_body
 from hookrelay.outbox.tenants import create_tenant
 from hookrelay.service.server.prerequisites import Runtime
@@ -229,7 +229,7 @@ async def test_a_cancelled_request_leaves_the_rest_of_its_batch() -> None:
     gate = asyncio.Event()
     seen: list[list[int]] = []
 
-    async def run(items: list[int]) -> list[int | Exception]:
+    async def run(items: list[int]) -> list[int | Exception | Alone[int]]:
         seen.append(items)
         await gate.wait()
         return [i * 2 for i in items]
@@ -249,7 +249,7 @@ async def test_a_cancelled_request_leaves_the_rest_of_its_batch() -> None:
 async def test_at_most_max_running_statements_at_once() -> None:
     running = high = 0
 
-    async def run(items: list[int]) -> list[int | Exception]:
+    async def run(items: list[int]) -> list[int | Exception | Alone[int]]:
         nonlocal running, high
         running += 1
         high = max(high, running)
@@ -264,3 +264,25 @@ async def test_at_most_max_running_statements_at_once() -> None:
         await asyncio.sleep(0)
     assert await asyncio.gather(*calls) == list(range(20))
     assert high == 2 and batcher.statements <= 4
+
+
+async def test_a_task_locked_elsewhere_waits_alone_and_holds_nobody_up(
+    writes, tenant_id, pool
+) -> None:
+    ids = await queued(writes, tenant_id, 3)
+    async with pool.acquire() as holder:
+        tx = holder.transaction()
+        await tx.start()
+        # An executor's transaction holding the task, as lock_task does.
+        await holder.execute("SELECT 1 FROM tasks WHERE id = $1 FOR UPDATE", ids[0])
+        waiting = asyncio.ensure_future(writes.complete(ids[0], "succeeded"))
+        others = await asyncio.wait_for(
+            burst(*(writes.complete(i, "succeeded") for i in ids[1:])), 10
+        )
+        assert [t.status for t in others] == ["succeeded"] * 2
+        # Later writes go on too, while the locked one still waits for its lock.
+        [later] = await queued(writes, tenant_id, 1)
+        assert (await asyncio.wait_for(writes.start(later), 10)).status == "running"
+        assert not waiting.done()
+        await tx.commit()
+    assert (await asyncio.wait_for(waiting, 10)).status == "succeeded"

@@ -399,12 +399,19 @@ SELECT {{_task_as_text}} FROM t;
 -- holds two transitions of one task (the coalescer holds the second back for the
 -- next statement), so each task changes at most once. A row back for each one that
 -- changed its task, by its number; none for a refused one (not found, not allowed,
--- or a task without a destination key), which the caller looks at alone.
-WITH n AS MATERIALIZED (
+-- a task without a destination key, or one locked elsewhere), which the caller
+-- writes alone.
+WITH given AS MATERIALIZED (
     SELECT *
       FROM unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
                   $7::text[], $8::text[])
-        AS n(ord, id, status, result, error, event_id, allowed, tenant_id)
+        AS g(ord, id, status, result, error, event_id, allowed, tenant_id)
+), n AS MATERIALIZED (
+    -- SKIP LOCKED: a task another transaction holds (an executor completing it inside
+    -- its own transaction, the sweeper timing it out) is left out rather than waited
+    -- for, which would hold up every write of the batch; the caller writes it alone.
+    SELECT g.* FROM given g
+     WHERE g.id IN (SELECT id FROM tasks WHERE id = ANY($2::text[]) FOR UPDATE SKIP LOCKED)
 ), {{_finish}}
 SELECT t.ord, {{_task_as_text}} FROM t;
 
@@ -439,11 +446,16 @@ SELECT {{_task_as_text}} FROM t;
 -- Reports on many tasks in ONE statement (the API coalesces those that arrive
 -- together, hookrelay.outbox.tasks.group_commit): one value per report in each array,
 -- $1 its number in the batch, then as report_progress's $1 to $4. Never two reports
--- on one task in a batch. A row back for each one written, by its number.
-WITH n AS MATERIALIZED (
+-- on one task in a batch. A row back for each one written, by its number; none for
+-- one refused or locked elsewhere, which the caller reports alone.
+WITH given AS MATERIALIZED (
     SELECT *
       FROM unnest($1::int[], $2::text[], $3::float8[], $4::text[], $5::text[])
-        AS n(ord, id, percent, message, tenant_id)
+        AS g(ord, id, percent, message, tenant_id)
+), n AS MATERIALIZED (
+    -- SKIP LOCKED, as in finish_tasks: a task locked elsewhere is reported alone.
+    SELECT g.* FROM given g
+     WHERE g.id IN (SELECT id FROM tasks WHERE id = ANY($2::text[]) FOR UPDATE SKIP LOCKED)
 ), t AS ({{_progress_set}})
 SELECT t.ord, {{_task_as_text}} FROM t;
 

@@ -77,6 +77,7 @@ def create_app(
                     await stack.enter_async_context(start(app.state.pool, signals))
                 yield
         finally:
+            log.info("group commit: %s", app.state.writes.counters())
             await signals.stop()
             await keys.stop()
             await app.state.hub.stop()
