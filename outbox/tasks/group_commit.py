@@ -37,6 +37,7 @@ from typing import Any, Generic, TypeVar, cast
 import asyncpg
 
 from hookrelay.outbox import ids, tracing
+from hookrelay.outbox.keys.at_rest import SecretBox
 from hookrelay.outbox.models import (
     LIVE_STATUSES,
     TERMINAL,
@@ -226,7 +227,7 @@ class GroupCommit:
     """
 
     def __init__(
-        self, pool: asyncpg.Pool, *, box: Any = None, max_running: int = MAX_RUNNING
+        self, pool: asyncpg.Pool, *, box: SecretBox | None = None, max_running: int = MAX_RUNNING
     ) -> None:
         self._pool, self._box = pool, box
         self.submits: Batcher[Submission, Created] = Batcher(
