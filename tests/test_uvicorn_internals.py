@@ -111,7 +111,7 @@ async def test_a_connection_has_the_state_the_guard_reads_and_writes() -> None:
 
     transport = Transport()
     proto.connection_made(transport)
-    assert proto.transport is transport and proto.flow is not None
+    assert proto.transport.wrapped is transport and proto.flow is not None
     assert proto in state.connections
 
     # The parser's callbacks reach the overridden methods by name.
@@ -127,3 +127,67 @@ async def test_a_connection_has_the_state_the_guard_reads_and_writes() -> None:
     assert proto not in state.connections and proto._deadline is None
     for task in list(state.tasks):
         task.cancel()
+
+
+class CountingTransport(Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+        self.aborted = False
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.writes.append(bytes(data))
+        super().write(data)
+
+
+async def answer_in_two_messages(scope: Any, receive: Any, send: Any) -> None:
+    await receive()
+    await send(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]}
+    )
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+async def test_a_response_leaves_in_one_write() -> None:
+    # uvicorn writes the head and the body apart; the guard's transport joins them.
+    loop = asyncio.get_running_loop()
+    config = uvicorn_config(answer_in_two_messages, host="127.0.0.1", port=8000)
+    load(config)
+    proto = config.http_protocol_class(  # type: ignore[call-arg]
+        config=config, server_state=ServerState(), app_state={}, _loop=loop
+    )
+    transport = CountingTransport()
+    proto.connection_made(transport)
+    for _ in range(2):  # keep-alive: each answer in one write of its own
+        before = len(transport.writes)
+        proto.data_received(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        for _ in range(5):
+            await asyncio.sleep(0)
+        (written,) = transport.writes[before:]
+        assert written.startswith(b"HTTP/1.1 200 OK\r\n") and written.endswith(b"\r\n\r\nok")
+    proto.connection_lost(None)
+
+
+async def test_close_and_eof_send_what_was_written_first() -> None:
+    from hookrelay.service.server.http_protocol import OneWritePerTurn
+
+    inner = CountingTransport()
+    t = OneWritePerTurn(inner, asyncio.get_running_loop())
+    t.write(b"a")
+    t.writelines([b"b", b""])
+    assert inner.writes == [] and t.get_write_buffer_size() == 2
+    t.close()  # before the turn ends: nothing written is lost, and it goes first
+    assert inner.writes == [b"ab"] and inner.closed
+    await asyncio.sleep(0)  # the turn's own flush finds nothing left
+    assert inner.writes == [b"ab"]
+
+    t.write(b"dropped")
+    t.abort()  # an abort drops what is unsent, as a real transport's does
+    await asyncio.sleep(0)
+    assert inner.writes == [b"ab"] and inner.aborted

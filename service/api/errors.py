@@ -14,17 +14,22 @@ The tree::
     └── ServiceUnavailable     503  the database is unreachable
 
 Errors of ``outbox`` become HTTP answers through one table, ``OUTBOX_ANSWERS``;
-routes let them propagate. Unexpected exceptions become a 500 with the same
-shape and no trace; the trace goes to the log.
+routes let them propagate. A database error nothing maps (a statement the server
+refused for its own reasons, a pooler that lost a prepared statement) is a 503 with
+``Retry-After``: the request may well succeed again, and the client gets an answer
+instead of a dropped connection. Unexpected exceptions become a 500 with the same
+shape and no trace; the trace goes to the log. :func:`render` picks the handler for
+any exception, as Starlette does for the routes it serves.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import asyncpg
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -148,6 +153,23 @@ async def on_unavailable(request: Request, exc: Exception) -> Response:
     )
 
 
+async def on_database_error(request: Request, exc: Exception) -> Response:
+    # The class and the server's message only: a statement's arguments may hold secrets.
+    log.error(
+        "database error on %s %s: %s: %s",
+        request.method,
+        request.url.path,
+        type(exc).__name__,
+        exc,
+    )
+    return error_response(
+        503,
+        "unavailable",
+        "the database could not complete the request; retry shortly",
+        headers={"Retry-After": "1"},
+    )
+
+
 async def on_unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     return error_response(500, "internal_error", "internal server error")
@@ -223,5 +245,17 @@ HANDLERS: dict[Any, Any] = {
     OutboxError: on_outbox_error,
     # Whatever asyncpg raises while the server is down, restarting or full.
     **dict.fromkeys(TRANSIENT_ERRORS, on_unavailable),
+    # Any other error of the server or the driver that no answer above names.
+    asyncpg.PostgresError: on_database_error,
     Exception: on_unexpected,
 }
+
+
+def render(request: Request, exc: Exception) -> Awaitable[Response]:
+    """The answer to ``exc`` from the most specific handler of :data:`HANDLERS`."""
+    for cls in type(exc).__mro__:
+        handler = HANDLERS.get(cls)
+        if handler is not None:
+            answer: Awaitable[Response] = handler(request, exc)
+            return answer
+    return on_unexpected(request, exc)  # pragma: no cover - Exception is in HANDLERS

@@ -20,6 +20,7 @@ from hookrelay.service.api import openapi
 from hookrelay.service.api import tracing as api_tracing
 from hookrelay.service.api.auth import KeyCache, revocations
 from hookrelay.service.api.errors import HANDLERS
+from hookrelay.service.api.hot_path import HotPath
 from hookrelay.service.api.request_guard import GuardMiddleware
 from hookrelay.service.api.routes import (
     admin,
@@ -109,6 +110,8 @@ def create_app(
             # Outermost, so a request the guard refuses has its span too.
             *([Middleware(TracingMiddleware)] if api_tracing.configure() else []),
             Middleware(GuardMiddleware),
+            # Innermost: submit, complete and a task's status skip the router.
+            Middleware(HotPath, routes=tasks.routes),
         ],
         lifespan=lifespan,
     )
