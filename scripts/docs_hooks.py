@@ -74,6 +74,7 @@ def operations(spec: dict[str, Any]) -> str:
             if op is None:
                 continue
             out += [f"### `{method.upper()} {path}`", "", op.get("summary", ""), ""]
+            out += [f"Operation `{op['operationId']}`, tag {', '.join(op['tags'])}.", ""]
             if op.get("description"):
                 out += [op["description"], ""]
             secured = op.get("security", default_security)
@@ -98,8 +99,8 @@ def operations(spec: dict[str, Any]) -> str:
             if body:
                 (media, content), *_ = body["content"].items()
                 required = "required" if body.get("required") else "optional"
-                out += [f"Request body ({media}, {required}):", ""]
-                out += _block(content.get("schema", {}))
+                name = content["schema"]["$ref"].removeprefix("#/components/schemas/")
+                out += [f"Request body ({media}, {required}): [{name}](#{name.lower()}).", ""]
             out += ["| status | answer |", "|---|---|"]
             for status, answer in op["responses"].items():
                 media_types = ", ".join(answer.get("content", {})) or "no body"

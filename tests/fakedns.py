@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import struct
 from collections import Counter
 from dataclasses import dataclass, field
@@ -22,7 +23,8 @@ def _question(packet: bytes) -> tuple[str, int, int]:
 
 @dataclass
 class FakeDns(asyncio.DatagramProtocol):
-    """Answers A queries from ``records`` (name -> (addresses, ttl)); other names NXDOMAIN.
+    """Answers A and AAAA queries from ``records`` (name -> (addresses, ttl)), each
+    with the addresses of its family; other names NXDOMAIN.
 
     ``silent`` names (or every name, with ``answer_nothing``) are read and dropped,
     like a nameserver that never answers. ``asked`` counts queries per name.
@@ -60,11 +62,13 @@ class FakeDns(asyncio.DatagramProtocol):
         found = self.records.get(name)
         answers = b""
         count = 0
-        if found is not None and qtype == A:
+        if found is not None and qtype in (A, AAAA):
             addresses, ttl = found
             for address in addresses:
-                rdata = bytes(int(p) for p in address.split("."))
-                answers += struct.pack("!HHHIH", 0xC00C, A, 1, ttl, 4) + rdata
+                rdata = ipaddress.ip_address(address).packed
+                if (qtype == A) != (len(rdata) == 4):
+                    continue
+                answers += struct.pack("!HHHIH", 0xC00C, qtype, 1, ttl, len(rdata)) + rdata
                 count += 1
         rcode = 0 if found is not None else 3  # NOERROR, or NXDOMAIN
         query_id = struct.unpack("!H", data[:2])[0]

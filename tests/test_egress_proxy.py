@@ -123,6 +123,8 @@ async def dns() -> AsyncIterator[FakeDns]:
         records={
             "hooks.test": (["127.0.0.1"], 60),
             "inside.test": (["127.0.0.2"], 60),
+            # Dual-stack: the resolver orders ::1 first (RFC 6724), as for localhost.
+            "dual.test": (["::1", "127.0.0.1"], 60),
         }
     ).start()
     yield server
@@ -354,6 +356,47 @@ async def test_through_tinyproxy(
     # destination's fault, retried and then dead, its error in the attempt log.
     [dead] = await pool.fetch("SELECT last_error FROM dead_letters")
     assert f"egress proxy could not connect to 127.0.0.1:{closed}: 500" in dead["last_error"]
+
+
+async def test_a_dual_stack_host_is_tried_at_its_next_address(
+    pool, runtime, dns, tinyproxy, receiver
+) -> None:
+    # The receiver listens on 127.0.0.1 only; dual.test resolves to ::1 first. tinyproxy
+    # cannot reach [::1]:port and says so with a gateway error: the next checked
+    # address is asked for within the same attempt, as a direct connection would.
+    rt = with_settings(runtime, egress_proxy=tinyproxy.url, dns_servers=dns.server)
+    _, events = await backlog(pool, rt, receiver.url_for("dual.test"), 1)
+    async with running(dispatcher(rt, pool)):
+        await wait_drained(pool)
+    assert receiver.event_ids() == events
+    assert await attempts(pool) == [(1, "delivered", None)]
+    log = tinyproxy.logged()
+    asked = [line for line in log.splitlines() if "CONNECT " in line and "HTTP/1.1" in line]
+    assert [f"[::1]:{receiver.port}" in a for a in asked] == [True, False]
+    assert f"CONNECT 127.0.0.1:{receiver.port} HTTP/1.1" in asked[1]
+    assert "dual.test" not in log
+    assert receiver.received[0].headers["Host"] == f"dual.test:{receiver.port}"
+
+
+async def test_a_dual_stack_host_down_at_every_address_is_the_receivers(
+    pool, runtime, dns, tinyproxy
+) -> None:
+    closed = free_port()
+    rt = with_settings(runtime, egress_proxy=tinyproxy.url, dns_servers=dns.server, max_attempts=2)
+    await backlog(pool, rt, f"http://dual.test:{closed}/hook", 1)
+    async with running(dispatcher(rt, pool)):
+        await wait_drained(pool)
+    logged = await attempts(pool)
+    assert [a[:2] for a in logged] == [(1, "retry"), (2, "dead")]
+    # Each attempt asked for both addresses, once each, in the resolver's order.
+    for _, _, error in logged:
+        assert error is not None
+        assert f"egress proxy could not connect to [::1]:{closed}: 500" in error
+        assert f"127.0.0.1:{closed}: 500" in error
+        assert error.index("[::1]") < error.index("127.0.0.1")
+    log = tinyproxy.logged()
+    assert log.count(f"[::1]:{closed}") == 2
+    assert log.count(f"CONNECT 127.0.0.1:{closed} ") == 2
 
 
 # -- the tunnel's edge cases -----------------------------------------------------------

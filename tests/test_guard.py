@@ -62,15 +62,18 @@ def _options(schema: dict[str, Any]) -> list[dict[str, Any]]:
     return schema.get("anyOf", [schema])  # type: ignore[no-any-return]
 
 
+def _body_fields(op: dict[str, Any]) -> dict[str, Any]:
+    """The fields of the component an operation's request body refers to."""
+    ref = op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    component = SPEC["components"]["schemas"][ref.removeprefix("#/components/schemas/")]
+    return component.get("properties", {})  # type: ignore[no-any-return]
+
+
 DATE_BODY_FIELDS = [
     (m, p, name)
     for m, p, op in OPS
-    for name, schema in op.get("requestBody", {})
-    .get("content", {})
-    .get("application/json", {})
-    .get("schema", {})
-    .get("properties", {})
-    .items()
+    if "requestBody" in op
+    for name, schema in _body_fields(op).items()
     if any(s.get("format") == "date-time" for s in _options(schema))
 ]
 

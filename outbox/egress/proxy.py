@@ -17,6 +17,11 @@ The proxy's own address is not checked (operators configured it). Who is at faul
   checked address), or never answers within the connect timeout while it tries:
   the destination's, as a refused or silent connection is without a proxy. A
   receiver that is down must still run out of attempts, not loop for ever.
+
+A host with several checked addresses is tried at the next one, in the resolver's
+order, after a gateway error or a timeout for one (``GuardedConnector`` in
+``egress.ssrf``), within the same attempt: the attempt fails only when every
+address did.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from aiohttp.helpers import ceil_timeout
 
 from hookrelay.outbox.destinations import DEFAULT_PORTS, classify, embedded_ipv4
 from hookrelay.outbox.egress.dns import AiohttpResolver, Resolver
-from hookrelay.outbox.egress.proxy import EgressProxy, open_tunnel
+from hookrelay.outbox.egress.proxy import EgressProxy, TunnelRefused, open_tunnel
 from hookrelay.outbox.errors import (
     BlockedDestination,
     ConfigurationError,
@@ -376,16 +376,58 @@ class GuardedConnector(aiohttp.TCPConnector):
                 client_error=client_error,
                 **kwargs,
             )
-        # The first address left: on a failure aiohttp drops it and calls again.
-        target = addr_infos[0][4]
+        # aiohttp dials the first address of each family at once (happy eyeballs) and,
+        # when that fails, drops the first of each family and calls again. A tunnel
+        # goes to one address at a time, so the addresses are tried here, in the
+        # resolver's order, the next one only after a gateway error or a timeout (the
+        # proxy could not reach that address); on any failure the list is emptied so
+        # that aiohttp does not call again with what it would have left.
+        targets = [(info[4][0], info[4][1]) for info in addr_infos]
+        refused: list[str] = []
+        try:
+            for index, target in enumerate(targets):
+                last = index == len(targets) - 1
+                try:
+                    return await self._tunnelled(
+                        proxy, target, req, timeout, client_error, args, kwargs
+                    )
+                except TunnelRefused as exc:
+                    refused.append(exc.strerror or str(exc))
+                    if last:
+                        joined = TunnelRefused(exc.errno, "; ".join(refused))
+                        raise client_error(req.connection_key, joined) from exc
+                except TimeoutError:
+                    refused.append(f"egress proxy: no answer from {target[0]} in time")
+                    if last:
+                        raise
+        except BaseException:
+            addr_infos.clear()
+            raise
+        raise AssertionError("aiohttp asks for a connection with no address")
+
+    async def _tunnelled(
+        self,
+        proxy: EgressProxy,
+        target: tuple[str, int],
+        req: ClientRequest,
+        timeout: aiohttp.ClientTimeout,
+        client_error: type[Exception],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> tuple[asyncio.Transport, ResponseHandler]:
+        """A connection through ``proxy`` to one checked address, TLS included.
+
+        Raises :class:`TunnelRefused` for a gateway error and ``TimeoutError`` when
+        the proxy is up but the address did not answer in time (both the
+        destination's, so the caller may try the next address), :class:`LocalFault`
+        when the proxy is the one at fault, aiohttp's errors for the rest.
+        """
         reached: list[bool] = []
         try:
             async with ceil_timeout(timeout.sock_connect, ceil_threshold=timeout.ceil_threshold):
-                sock = await open_tunnel(
-                    self._loop, proxy, self._proxy_resolver, (target[0], target[1]), reached
-                )
+                sock = await open_tunnel(self._loop, proxy, self._proxy_resolver, target, reached)
                 if kwargs.get("ssl") and self._ssl_shutdown_timeout:  # as aiohttp's own
-                    kwargs["ssl_shutdown_timeout"] = self._ssl_shutdown_timeout
+                    kwargs = {**kwargs, "ssl_shutdown_timeout": self._ssl_shutdown_timeout}
                 try:
                     return await self._loop.create_connection(*args, **kwargs, sock=sock)
                 except BaseException:
@@ -402,6 +444,8 @@ class GuardedConnector(aiohttp.TCPConnector):
             raise aiohttp.ClientConnectorCertificateError(req.connection_key, exc) from exc
         except ssl_errors as exc:
             raise aiohttp.ClientConnectorSSLError(req.connection_key, exc) from exc
+        except TunnelRefused:
+            raise
         except OSError as exc:
             raise client_error(req.connection_key, exc) from exc
 

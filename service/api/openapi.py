@@ -53,6 +53,10 @@ SHAPES: tuple[type[msgspec.Struct], ...] = (
     shapes.NotificationsBody,
     shapes.PingBody,
     shapes.NoBody,
+)
+# Query strings: each Struct is spread into one parameter per field, so they are not
+# components (a client generator would make a model of each that no call takes).
+QUERIES: tuple[type[msgspec.Struct], ...] = (
     shapes.WaitQuery,
     shapes.Paging,
     shapes.TaskListQuery,
@@ -64,6 +68,21 @@ SHAPES: tuple[type[msgspec.Struct], ...] = (
     shapes.LimitQuery,
 )
 
+# Every operation has one of these tags (client generators group calls by tag), in the
+# order the document lists them.
+TAGS: dict[str, str] = {
+    "tasks": "Submit tasks, follow them, and drive them as their executor (admin)",
+    "streams": "Task changes pushed live: Server-Sent Events and the WebSocket",
+    "dead letters": "Events whose delivery gave up: read, replay (the tenant's own, or any "
+    "as admin)",
+    "notifications": "Where the tenant is told about its own delivery trouble",
+    "signing": "Keys webhooks are signed with, and signed test events",
+    "tenants": "Tenants and their credentials (admin)",
+    "destinations": "Per-host delivery health (admin)",
+    "operations": "Liveness, readiness, metrics and the operations console",
+    "documentation": "This document and its rendered pages",
+}
+
 
 @cache
 def _components() -> dict[str, Schema]:
@@ -71,13 +90,14 @@ def _components() -> dict[str, Schema]:
     return components
 
 
+@cache
+def _query_schemas() -> dict[str, Schema]:
+    _, schemas = msgspec.json.schema_components(QUERIES, ref_template=REF)
+    return schemas
+
+
 def _ref(shape: type[msgspec.Struct]) -> Schema:
     return {"$ref": REF.format(name=shape.__name__)}
-
-
-def _inline(shape: type[msgspec.Struct]) -> Schema:
-    """A request body's schema in place (each body belongs to one route)."""
-    return copy.deepcopy(_components()[shape.__name__])
 
 
 def _not_null(schema: Schema) -> Schema:
@@ -91,7 +111,7 @@ def _not_null(schema: Schema) -> Schema:
 
 def _query(shape: type[msgspec.Struct]) -> list[Schema]:
     """One parameter per field of a query Struct; lists are comma-separated."""
-    component = _components()[shape.__name__]
+    component = _query_schemas()[shape.__name__]
     params = []
     for name, schema in component["properties"].items():
         schema = _not_null(schema)
@@ -111,7 +131,15 @@ def _json(schema: Schema, description: str = "OK") -> Schema:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
+def _named(op_id: str, tag: str, summary: str, **rest: Any) -> Schema:
+    """An operation's name and tag, which generated clients name and group calls by."""
+    assert tag in TAGS, tag
+    return {"operationId": op_id, "tags": [tag], "summary": summary, **rest}
+
+
 def _op(
+    op_id: str,
+    tag: str,
     summary: str,
     ok: tuple[int, type[msgspec.Struct]],
     *,
@@ -121,7 +149,6 @@ def _op(
     errors: tuple[int, ...] = (401, 404),
     secured: bool = True,
     body_required: bool = True,
-    op_id: str | None = None,
     links: dict[str, Schema] | None = None,
 ) -> Schema:
     responses = {str(ok[0]): _json(_ref(ok[1]))}
@@ -130,13 +157,13 @@ def _op(
     # 400 on every route: the parsing layer (service/api/request_guard.py) answers before routing.
     for code in sorted({400, *errors}):
         responses[str(code)] = _json(_ref(shapes.Error), "Error")
-    op: Schema = {"summary": summary, "responses": responses}
-    if op_id is not None:
-        op["operationId"] = op_id
+    op = _named(op_id, tag, summary, responses=responses)
     if body is not None:
+        # A reference, never the schema in place: generators make one model per schema,
+        # and an inline copy beside the component gave clients two models of each body.
         op["requestBody"] = {
             "required": body_required,
-            "content": {"application/json": {"schema": _inline(body)}},
+            "content": {"application/json": {"schema": _ref(body)}},
         }
     every = [*(params or []), *(_query(query) if query is not None else [])]
     if every:
@@ -147,16 +174,16 @@ def _op(
 
 
 def _stream(
+    op_id: str,
     summary: str,
     params: list[Schema],
-    op_id: str,
     errors: tuple[int, ...],
     *,
     ends: bool = False,
 ) -> Schema:
     """A Server-Sent Events route: 200 is text/event-stream, errors are JSON; ``ends``:
     204 when the client already has the last event there will ever be."""
-    op = _op(summary, (200, shapes.Error), params=params, errors=errors, op_id=op_id)
+    op = _op(op_id, "streams", summary, (200, shapes.Error), params=params, errors=errors)
     op["responses"]["200"] = {
         "description": "Server-Sent Events: `event: task` with the task as `data`, "
         "`event: reset` when history is gone, `: ping` comments",
@@ -244,6 +271,7 @@ def spec() -> Schema:
             "version": release(),
             "description": DESCRIPTION,
         },
+        "tags": [{"name": name, "description": text} for name, text in TAGS.items()],
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "schemas": copy.deepcopy(_components()),
@@ -252,27 +280,30 @@ def spec() -> Schema:
         "paths": {
             "/v1/tasks": {
                 "post": _op(
+                    "submitTask",
+                    "tasks",
                     "Submit a task",
                     (202, task),
-                    op_id="submitTask",
                     links=TASK_LINKS,
                     body=shapes.SubmitBody,
                     params=[IDEMPOTENCY_KEY, *TRACE_CONTEXT],
                     errors=(400, 401, 403, 409, 413, 415, 422),
                 ),
                 "get": _op(
+                    "listTasks",
+                    "tasks",
                     "Reconcile: tasks changed since a time",
                     (200, shapes.TaskPage),
-                    op_id="listTasks",
                     query=shapes.TaskListQuery,
                     errors=(400, 401, 403, 422),
                 ),
             },
             "/v1/tasks/{task_id}": {
                 "get": _op(
+                    "getTask",
+                    "tasks",
                     "A task; long-polls with ?wait=N",
                     (200, task),
-                    op_id="getTask",
                     params=tid,
                     query=shapes.WaitQuery,
                     errors=(400, 401, 404),
@@ -280,54 +311,58 @@ def spec() -> Schema:
             },
             "/v1/tasks/{task_id}/events": {
                 "get": _stream(
+                    "streamTask",
                     "The task's changes as Server-Sent Events (id: version) until terminal",
                     [*tid, LAST_EVENT_ID],
-                    "streamTask",
                     (400, 401, 403, 404, 429),
                     ends=True,
                 )
             },
             "/v1/events": {
                 "get": _stream(
+                    "streamEvents",
                     "Every change of the tenant's tasks as Server-Sent Events (id: sequence)",
                     [LAST_EVENT_ID],
-                    "streamEvents",
                     (400, 401, 403, 429),
                 )
             },
             "/v1/tasks/{task_id}/deliveries": {
                 "get": _op(
+                    "getDeliveries",
+                    "tasks",
                     "Attempt log",
                     (200, shapes.Deliveries),
                     params=tid,
-                    op_id="getDeliveries",
                 )
             },
             "/v1/tasks/{task_id}/redeliver": {
                 "post": _op(
+                    "redeliverTask",
+                    "tasks",
                     "Send the terminal event again",
                     (202, task),
                     params=tid,
                     body=shapes.NoBody,
                     body_required=False,
                     errors=(401, 404, 409, 422),
-                    op_id="redeliverTask",
                 )
             },
             "/v1/tasks/{task_id}/start": {
                 "post": _op(
+                    "startTask",
+                    "tasks",
                     "queued → running (admin)",
                     (200, task),
                     params=[*tid, *TRACE_CONTEXT],
                     errors=(401, 403, 404, 409),
-                    op_id="startTask",
                 )
             },
             "/v1/tasks/{task_id}/complete": {
                 "post": _op(
+                    "completeTask",
+                    "tasks",
                     "→ terminal (admin)",
                     (200, task),
-                    op_id="completeTask",
                     params=[*tid, *TRACE_CONTEXT],
                     body=shapes.CompleteBody,
                     errors=(400, 401, 403, 404, 409, 422),
@@ -335,17 +370,20 @@ def spec() -> Schema:
             },
             "/v1/tasks/{task_id}/cancel": {
                 "post": _op(
+                    "cancelTask",
+                    "tasks",
                     "→ cancelled",
                     (200, task),
                     params=[*tid, *TRACE_CONTEXT],
                     body=shapes.NoBody,
                     body_required=False,
                     errors=(401, 404, 409, 422),
-                    op_id="cancelTask",
                 )
             },
             "/v1/tasks/{task_id}/progress": {
                 "post": _op(
+                    "reportProgress",
+                    "tasks",
                     "Progress of a running task (admin); also the executor's heartbeat",
                     (200, task),
                     body=shapes.ProgressBody,
@@ -355,15 +393,18 @@ def spec() -> Schema:
             },
             "/v1/admin/tenants": {
                 "get": _op(
+                    "listTenants",
+                    "tenants",
                     "List tenants (admin)",
                     (200, shapes.TenantPage),
                     query=shapes.Paging,
                     errors=(400, 401, 403),
                 ),
                 "post": _op(
+                    "createTenant",
+                    "tenants",
                     "Create a tenant (admin)",
                     (201, shapes.TenantCreated),
-                    op_id="createTenant",
                     links={"RotateSecret": _link("rotateSecret", "tenant_id")},
                     body=shapes.TenantBody,
                     errors=(400, 401, 403, 422),
@@ -371,9 +412,10 @@ def spec() -> Schema:
             },
             "/v1/admin/tenants/{tenant_id}/rotate-secret": {
                 "post": _op(
+                    "rotateSecret",
+                    "tenants",
                     "Rotate the signing secret (admin)",
                     (200, shapes.SecretRotated),
-                    op_id="rotateSecret",
                     body=shapes.NoBody,
                     body_required=False,
                     params=[_p("tenant_id")],
@@ -382,6 +424,8 @@ def spec() -> Schema:
             },
             "/v1/admin/tenants/{tenant_id}/rotate-key": {
                 "post": _op(
+                    "rotateApiKey",
+                    "tenants",
                     "Rotate the API key (admin); the old key stops working at once",
                     (200, shapes.KeyRotated),
                     params=[_p("tenant_id")],
@@ -389,14 +433,18 @@ def spec() -> Schema:
                 )
             },
             "/ops": {
-                "get": {
-                    "summary": "The operations console (HTML); sign in with the admin token",
-                    "security": [],
-                    "responses": {"303": {"description": "to the sign-in page or the overview"}},
-                }
+                "get": _named(
+                    "getConsole",
+                    "operations",
+                    "The operations console (HTML); sign in with the admin token",
+                    security=[],
+                    responses={"303": {"description": "to the sign-in page or the overview"}},
+                )
             },
             "/v1/signing-keys": {
                 "get": _op(
+                    "getSigningKeys",
+                    "signing",
                     "Keys the tenant's webhooks are signed with; v1a public keys",
                     (200, shapes.SigningKeys),
                     errors=(401, 403),
@@ -404,6 +452,8 @@ def spec() -> Schema:
             },
             "/v1/test-events": {
                 "post": _op(
+                    "sendTestEvent",
+                    "signing",
                     "Queue a signed ping webhook to a URL (retries, attempt log)",
                     (202, shapes.TestEvent),
                     body=shapes.PingBody,
@@ -412,6 +462,8 @@ def spec() -> Schema:
             },
             "/v1/test-events/{event_id}": {
                 "get": _op(
+                    "getTestEvent",
+                    "signing",
                     "A test event: status and attempts",
                     (200, shapes.TestEvent),
                     params=[_p("event_id")],
@@ -420,19 +472,21 @@ def spec() -> Schema:
             },
             "/v1/dead-letters": {
                 "get": _op(
+                    "listOwnDeadLetters",
+                    "dead letters",
                     "The tenant's own dead letters",
                     (200, shapes.DeadLetterPage),
-                    op_id="listOwnDeadLetters",
                     query=shapes.OwnDeadLetterQuery,
                     errors=(400, 401, 403),
                 )
             },
             "/v1/dead-letters/replay": {
                 "post": _op(
+                    "replayOwnDeadLetters",
+                    "dead letters",
                     "Replay the tenant's own dead letters by filter (audited); dryRun=true "
                     "counts them only",
                     (202, shapes.Replayed),
-                    op_id="replayOwnDeadLetters",
                     body=shapes.OwnBulkReplayBody,
                     body_required=False,
                     query=shapes.OwnReplayQuery,
@@ -441,19 +495,21 @@ def spec() -> Schema:
             },
             "/v1/dead-letters/{event_id}": {
                 "get": _op(
+                    "getOwnDeadLetter",
+                    "dead letters",
                     "One of the tenant's dead letters, with its attempts",
                     (200, shapes.DeadLetterDetail),
-                    op_id="getOwnDeadLetter",
                     params=eid,
                     errors=(401, 403, 404),
                 )
             },
             "/v1/dead-letters/{event_id}/replay": {
                 "post": _op(
+                    "replayOwnDeadLetter",
+                    "dead letters",
                     "Replay one of the tenant's dead letters (same event id, fresh budget; "
                     "audited)",
                     (202, shapes.Replayed),
-                    op_id="replayOwnDeadLetter",
                     body=shapes.ReplayBody,
                     body_required=False,
                     params=eid,
@@ -462,44 +518,49 @@ def spec() -> Schema:
             },
             "/v1/notifications": {
                 "get": _op(
+                    "getNotifications",
+                    "notifications",
                     "Where the tenant is told about its own delivery trouble",
                     (200, shapes.Notifications),
-                    op_id="getNotifications",
                     errors=(401, 403, 404),
                 ),
                 "put": _op(
+                    "setNotifications",
+                    "notifications",
                     "Set the notification URL and events (checked as a callbackUrl is)",
                     (200, shapes.Notifications),
-                    op_id="setNotifications",
                     body=shapes.NotificationsBody,
                     errors=(400, 401, 403, 413, 415, 422),
                 ),
-                "delete": {
-                    "summary": "Stop notifications (204, set or not)",
-                    "operationId": "deleteNotifications",
-                    "responses": {
+                "delete": _named(
+                    "deleteNotifications",
+                    "notifications",
+                    "Stop notifications (204, set or not)",
+                    responses={
                         "204": {"description": "no notification URL is set now"},
                         **{
                             str(code): _json(_ref(shapes.Error), "Error")
                             for code in (400, 401, 403)
                         },
                     },
-                },
+                ),
             },
             "/v1/admin/dead-letters": {
                 "get": _op(
+                    "listDeadLetters",
+                    "dead letters",
                     "Dead letters (admin)",
                     (200, shapes.DeadLetterPage),
-                    op_id="listDeadLetters",
                     query=shapes.DeadLetterQuery,
                     errors=(400, 401, 403),
                 )
             },
             "/v1/admin/dead-letters/replay": {
                 "post": _op(
+                    "replayDeadLetters",
+                    "dead letters",
                     "Replay by filter (admin); the filters in the body or the query string",
                     (202, shapes.Replayed),
-                    op_id="replayDeadLetters",
                     body=shapes.BulkReplayBody,
                     body_required=False,
                     query=shapes.DeadLetterFilter,
@@ -508,18 +569,20 @@ def spec() -> Schema:
             },
             "/v1/admin/dead-letters/{event_id}": {
                 "get": _op(
+                    "getDeadLetter",
+                    "dead letters",
                     "One dead letter with history (admin)",
                     (200, shapes.DeadLetterDetail),
-                    op_id="getDeadLetter",
                     params=eid,
                     errors=(401, 403, 404),
                 )
             },
             "/v1/admin/dead-letters/{event_id}/replay": {
                 "post": _op(
+                    "replayDeadLetter",
+                    "dead letters",
                     "Replay one (admin)",
                     (202, shapes.Replayed),
-                    op_id="replayDeadLetter",
                     body=shapes.ReplayBody,
                     body_required=False,
                     params=eid,
@@ -528,47 +591,72 @@ def spec() -> Schema:
             },
             "/v1/admin/destinations": {
                 "get": _op(
+                    "listDestinations",
+                    "destinations",
                     "Per-host health (admin)",
                     (200, shapes.Destinations),
-                    op_id="listDestinations",
                     query=shapes.LimitQuery,
                     errors=(400, 401, 403),
                 )
             },
-            "/healthz": {"get": _op("Liveness", (200, shapes.Liveness), errors=(), secured=False)},
+            "/healthz": {
+                "get": _op(
+                    "getLiveness",
+                    "operations",
+                    "Liveness",
+                    (200, shapes.Liveness),
+                    errors=(),
+                    secured=False,
+                )
+            },
             "/readyz": {
-                "get": _op("Database reachable", (200, shapes.Health), errors=(503,), secured=False)
+                "get": _op(
+                    "getReadiness",
+                    "operations",
+                    "Database reachable",
+                    (200, shapes.Health),
+                    errors=(503,),
+                    secured=False,
+                )
             },
             "/metrics": {
-                "get": {
-                    "summary": "Prometheus metrics (admin token or HOOKRELAY_METRICS_TOKEN)",
-                    "responses": {
+                "get": _named(
+                    "getMetrics",
+                    "operations",
+                    "Prometheus metrics (admin token or HOOKRELAY_METRICS_TOKEN)",
+                    responses={
                         "200": {"description": "text exposition"},
                         "401": {
                             "description": "missing or wrong token",
                             "content": {"application/json": {"schema": _ref(shapes.Error)}},
                         },
                     },
-                }
+                )
             },
             "/openapi.json": {
-                "get": {
-                    "summary": "This document",
-                    "security": [],
-                    "responses": {"200": {"description": "OpenAPI 3.1"}},
-                }
+                "get": _named(
+                    "getOpenApi",
+                    "documentation",
+                    "This document",
+                    security=[],
+                    responses={"200": {"description": "OpenAPI 3.1"}},
+                )
             },
             "/docs": {
-                "get": {
-                    "summary": "This document rendered by Swagger UI (HTML, no CDN)",
-                    "security": [],
-                    "responses": {"200": {"description": "text/html"}},
-                }
+                "get": _named(
+                    "getDocs",
+                    "documentation",
+                    "This document rendered by Swagger UI (HTML, no CDN)",
+                    security=[],
+                    responses={"200": {"description": "text/html"}},
+                )
             },
             "/v1/ws": {
-                "get": {
-                    "summary": "WebSocket: task changes pushed live (README: WebSocket)",
-                    "description": (
+                "get": _named(
+                    "openWebSocket",
+                    "streams",
+                    "WebSocket: task changes pushed live (README: WebSocket)",
+                    description=(
                         "Connect with `Upgrade: websocket`; no credentials in the request. "
                         'First message `{"type":"auth","token":"<api key>"}` within '
                         "HOOKRELAY_WS_AUTH_TIMEOUT_S (30 s), else close 4401; then "
@@ -580,31 +668,35 @@ def spec() -> Schema:
                         "malformed, 4401 unauthorized, 4403 admin token, 4429 too many "
                         "streams, 4008 slow consumer, 1012 server stopping."
                     ),
-                    "security": [],
-                    "responses": {
+                    security=[],
+                    responses={
                         "101": {"description": "Switching Protocols: the WebSocket is open"},
                         "400": _json(_ref(shapes.Error), "Error"),
                         "426": _json(_ref(shapes.Error), "Upgrade Required: a plain HTTP request"),
                     },
-                }
+                )
             },
             "/docs/follow": {
-                "get": {
-                    "summary": "A page that follows one task live over /v1/ws (HTML, no CDN)",
-                    "security": [],
-                    "responses": {"200": {"description": "text/html"}},
-                }
+                "get": _named(
+                    "getFollowPage",
+                    "documentation",
+                    "A page that follows one task live over /v1/ws (HTML, no CDN)",
+                    security=[],
+                    responses={"200": {"description": "text/html"}},
+                )
             },
             "/docs/{asset}": {
-                "get": {
-                    "summary": "The page's packaged Swagger UI files and their licence",
-                    "security": [],
-                    "parameters": [_p("asset")],
-                    "responses": {
+                "get": _named(
+                    "getDocsAsset",
+                    "documentation",
+                    "The page's packaged Swagger UI files and their licence",
+                    security=[],
+                    parameters=[_p("asset")],
+                    responses={
                         "200": {"description": "the file"},
                         "404": _json(_ref(shapes.Error), "Error"),
                     },
-                }
+                )
             },
         },
     }
