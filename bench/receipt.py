@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,8 @@ class Latency:
     offered: float
     cpu_us: float = float("nan")  # hookrelay's processes, CPU per completion
     sent: int = 0  # requests answered 2xx (completions, or bare POSTs)
+    # With ``submitted``: their CPU per submit, made through the API at the same rate.
+    submit_cpu_us: float = float("nan")
 
     def row(self) -> str:
         return f"{self.p50:.1f} / {self.p99:.1f} / {self.max:.1f}"
@@ -154,11 +156,31 @@ GENERATORS = {
 }
 
 
+async def submitted_ids(dsn: str, url: str) -> list[str]:
+    """The tasks submitted with ``url`` as their callback, in the order they were made."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT id FROM tasks WHERE callback_url = $1 ORDER BY created_at, id", url
+        )
+    finally:
+        await conn.close()
+    return [r["id"] for r in rows]
+
+
 async def through_hookrelay(
-    mode: str, rate: float, seconds: float, *, workers: int | None = None, open_loop: bool = False
+    mode: str,
+    rate: float,
+    seconds: float,
+    *,
+    workers: int | None = None,
+    open_loop: bool = False,
+    submitted: bool = False,
 ) -> Latency:
     """``workers``: HOOKRELAY_WORKERS of ``serve`` or ``api`` (None: their default).
-    ``open_loop``: the ``open`` generator (send→receipt), else ``commit`` (commit→receipt)."""
+    ``open_loop``: the ``open`` generator (send→receipt), else ``commit`` (commit→receipt).
+    ``submitted``: the measured tasks are submitted through the API first, at ``rate``
+    (the task's whole life: submit, complete, deliver), not inserted in bulk."""
     dsn = await fresh_database(server_dsn())
     key = master_key()
     conn = await asyncpg.connect(dsn)
@@ -169,10 +191,9 @@ async def through_hookrelay(
     rx = ReceiverProcess(*(["--arrivals"] if open_loop else []))
     n = int(rate * seconds)
     warm = await seed(dsn, tenant.id, rx.url + "?warm=1", WARM)
-    task_ids = await seed(dsn, tenant.id, rx.url, n)
+    task_ids = [] if submitted else await seed(dsn, tenant.id, rx.url, n)
     work = Path(tempfile.mkdtemp())
     paths = work / "complete.txt"
-    paths.write_text("".join(f"/{t}/complete\n" for t in task_ids))
     warm_paths = work / "warm.txt"
     warm_paths.write_text("".join(f"/{t}/complete\n" for t in warm))
     port = free_port()
@@ -191,6 +212,24 @@ async def through_hookrelay(
         common = ["--body", done, "--header", "Authorization:Bearer bench"]
         rategen(url, 100, WARM / 100, "--paths", str(warm_paths), *common)
         await delivered(dsn, WARM, 60)
+        submit_cpu = float("nan")
+        if submitted:
+            cpu0 = sum(cpu_s(p.pid) for p in procs)
+            submit = json.dumps({"type": "bench", "callbackUrl": rx.url})
+            made = rategen(
+                url,
+                rate,
+                seconds,
+                "--body",
+                submit,
+                "--header",
+                f"Authorization:Bearer {tenant.api_key}",
+            )
+            submit_cpu = (sum(cpu_s(p.pid) for p in procs) - cpu0) / n
+            if made["statuses"].get("202", 0) != n or made["errors"]:
+                print(f"submits: {made['statuses']}, {made['errors']} errors", file=sys.stderr)
+            task_ids = await submitted_ids(dsn, rx.url)
+        paths.write_text("".join(f"/{t}/complete\n" for t in task_ids))
         cpu0 = sum(cpu_s(p.pid) for p in procs)
         sends = work / "sent.json"
         how = ["--connections", str(OPEN_LOOP_CONNECTIONS), "--send-times", str(sends)]
@@ -216,7 +255,9 @@ async def through_hookrelay(
             for path, at in sent_at.items()
             if path.split("/")[1] in arrived
         ]
-    return of(stats, got["offered_per_s"], cpu * 1e6, answered)
+    return replace(
+        of(stats, got["offered_per_s"], cpu * 1e6, answered), submit_cpu_us=submit_cpu * 1e6
+    )
 
 
 async def main() -> None:

@@ -70,21 +70,26 @@ def own_cpu_s() -> float:
 
 
 async def drain_counted(
-    dsn: str, env: dict[str, str], n: int
+    dsn: str, env: dict[str, str], n: int, *, after: float = 0.0
 ) -> tuple[float, dict[str, int], float]:
     """One dispatcher process drains the outbox: (delivered/s, its counters at stop,
-    its CPU seconds per delivery), timed from the first attempt to the empty outbox."""
+    its CPU seconds per delivery), timed from the first attempt to the empty outbox, or
+    in steady state: from when ``after`` of the ``n`` (a fraction) had their attempt."""
     log = Path(tempfile.mkstemp(suffix=".log")[1])
     conn = await asyncpg.connect(dsn)
     proc = subprocess.Popen(hookrelay("dispatch"), env=env, cwd=ROOT, stderr=log.open("wb"))
     try:
         while not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM delivery_attempts)"):
             await asyncio.sleep(0.01)
+        done = 0
+        while after and done < after * n:
+            done = await conn.fetchval("SELECT count(*) FROM delivery_attempts")
+            await asyncio.sleep(0.005)
         first, cpu0 = time.perf_counter(), cpu_s(proc.pid)
         while not await outbox_empty(conn):
             await asyncio.sleep(0.02)
-        rate = n / (time.perf_counter() - first)
-        cpu = (cpu_s(proc.pid) - cpu0) / n
+        rate = (n - done) / (time.perf_counter() - first)
+        cpu = (cpu_s(proc.pid) - cpu0) / (n - done)
     finally:
         proc.terminate()
         proc.wait(60)
