@@ -395,6 +395,33 @@ def spec() -> Schema:
                     "responses": {"303": {"description": "to the sign-in page or the overview"}},
                 }
             },
+            "/portal": {
+                "get": {
+                    "summary": "The partner portal (HTML); opened with a portal link",
+                    "security": [],
+                    "responses": {"308": {"description": "to the portal's pages"}},
+                }
+            },
+            "/v1/portal-links": {
+                "post": _op(
+                    "A single-use link into the partner portal (15 minutes to open it)",
+                    (201, shapes.PortalLink),
+                    op_id="createPortalLink",
+                    body=shapes.PortalLinkBody,
+                    body_required=False,
+                    errors=(401, 403, 413, 415, 422),
+                )
+            },
+            "/v1/admin/tenants/{tenant_id}/portal-links": {
+                "post": _op(
+                    "A single-use link into the partner portal for a tenant (admin)",
+                    (201, shapes.PortalLink),
+                    body=shapes.PortalLinkBody,
+                    body_required=False,
+                    params=[_p("tenant_id")],
+                    errors=(401, 403, 404, 413, 415, 422),
+                )
+            },
             "/v1/signing-keys": {
                 "get": _op(
                     "Keys the tenant's webhooks are signed with; v1a public keys",
