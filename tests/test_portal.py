@@ -16,8 +16,8 @@ from starlette.routing import Mount, Route
 from hookrelay.outbox.dispatch.dispatcher import running
 from hookrelay.service.console.security import HEADERS
 from hookrelay.service.portal import session as portal_session
-from tests.receiver import failing_until_healthy
-from tests.support import ADMIN, bearer, dead_letters_of_two_tenants, dispatcher, wait_drained
+from tests import test_console
+from tests.support import ADMIN, bearer, dispatcher, wait_drained
 from tests.test_console import HOSTILE, ORIGIN, csrf_of
 from tests.test_console import signed_in as ops_signed_in
 
@@ -43,17 +43,9 @@ async def opened(client: httpx.AsyncClient, api_key: str, **body: Any) -> str:
     return csrf_of((await client.get("/portal/overview")).text)
 
 
-@pytest.fixture
-async def receiver():
-    rx = await failing_until_healthy(500, HOSTILE).start()
-    yield rx
-    await rx.stop()
-
-
-@pytest.fixture
-async def dead(pool, runtime, receiver):
-    """Three dead webhooks of tenant "a" (HTTP 500 with hostile text), two of "b"."""
-    return await dead_letters_of_two_tenants(pool, runtime, receiver.url)
+# The console's fixtures: a receiver answering 500 with hostile text until told it is
+# healthy, and three dead webhooks of tenant "a" sent to it, two of tenant "b".
+receiver, dead = test_console.receiver, test_console.dead
 
 
 async def test_links_from_the_tenant_and_from_ops(client, tenant, pool) -> None:

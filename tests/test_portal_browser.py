@@ -13,10 +13,8 @@ pictures of docs/guides/portal.md) or to the test's temporary directory.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -24,18 +22,9 @@ import httpx
 import pytest
 
 from hookrelay.client import AsyncClient
-from tests.browser import chromium
+from tests.browser import chromium, screenshots
 from tests.receiver import Receiver, failing_until_healthy
-from tests.support import (
-    ADMIN,
-    ADMIN_TOKEN,
-    ROOT,
-    ServeProcess,
-    bearer,
-    eventually,
-    master_key,
-    service_env,
-)
+from tests.support import ADMIN, ADMIN_TOKEN, ServeProcess, bearer, eventually, module_serve
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -46,25 +35,9 @@ CHROMIUM = chromium()
 def portal_serve(
     module_dsn: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServeProcess]:
-    """One ``hookrelay serve`` for the module's flows, as ``portal_serve`` but with a
+    """One ``hookrelay serve`` for the module's flows, as ``hookrelay_serve`` but with a
     circuit breaker that does not open: the failing endpoint's webhooks go dead."""
-    data = tmp_path_factory.mktemp("portal")
-    env = service_env(
-        module_dsn,
-        master_key(),
-        admin_token=ADMIN_TOKEN,
-        data_dir=str(data),
-        max_attempts="3",
-        retry_base_s="0.05",
-        retry_cap_s="0.2",
-        poll_interval_s="0.1",
-        http_timeout_s="2",
-        breaker_threshold="10000",
-    )
-    serve = ServeProcess(env, data / "serve.log")
-    serve.start()
-    yield serve
-    serve.stop()
+    yield from module_serve(module_dsn, tmp_path_factory, breaker_threshold="10000")
 
 
 @pytest.fixture
@@ -72,13 +45,6 @@ async def partner_endpoint() -> AsyncIterator[Receiver]:
     rx = await failing_until_healthy(500, "<b>down</b> for maintenance").start()
     yield rx
     await rx.stop()
-
-
-def _shots(tmp_path: Path) -> Path:
-    where = os.environ.get("HOOKRELAY_PORTAL_SCREENSHOTS")
-    path = (ROOT / where) if where else tmp_path
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 async def _dead_tasks(api: httpx.AsyncClient, key: str, url: str, n: int) -> list[str]:
@@ -143,7 +109,7 @@ async def test_partner_recovers_its_dead_letters_in_the_portal(
 ) -> None:
     from playwright.async_api import async_playwright
 
-    serve, shots = portal_serve.url, _shots(tmp_path)
+    serve, shots = portal_serve.url, screenshots(tmp_path, "HOOKRELAY_PORTAL_SCREENSHOTS")
     me, other = portal_serve.tenant(), portal_serve.tenant()
     key, hook = me["apiKey"], partner_endpoint.url
     requested: list[str] = []

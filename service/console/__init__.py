@@ -17,8 +17,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from starlette.middleware import Middleware
-from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -29,10 +27,10 @@ from hookrelay.service.console.security import (
     SESSION_COOKIE,
     SESSION_MAX_AGE_S,
     FormRejected,
-    SecurityHeaders,
     SignInThrottle,
     check_csrf,
     read_form,
+    session_mount,
     session_secret,
     sign_in,
     signed_in,
@@ -134,18 +132,10 @@ def mount(admin_token: str) -> Mount:
             name="ops_static",
         ),
     ]
-    return Mount(
+    return session_mount(
         "/ops",
-        routes=routes,
-        middleware=[
-            Middleware(SecurityHeaders),
-            Middleware(
-                SessionMiddleware,
-                secret_key=session_secret(admin_token),
-                session_cookie=SESSION_COOKIE,
-                max_age=SESSION_MAX_AGE_S,
-                same_site="strict",
-                path="/ops",
-            ),
-        ],
+        routes,
+        secret_key=session_secret(admin_token),
+        cookie=SESSION_COOKIE,
+        max_age=SESSION_MAX_AGE_S,
     )

@@ -23,7 +23,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from starlette.middleware import Middleware
-from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -31,7 +30,7 @@ from starlette.staticfiles import StaticFiles
 
 from hookrelay.outbox.portal import SESSION_MAX_S, open_link
 from hookrelay.service.api.routes import portal_links
-from hookrelay.service.console.security import FormRejected, SecurityHeaders, check_csrf, read_form
+from hookrelay.service.console.security import FormRejected, check_csrf, read_form, session_mount
 from hookrelay.service.console.views import as_page
 from hookrelay.service.portal import pages
 from hookrelay.service.portal.pages import show
@@ -169,19 +168,11 @@ def mount(admin_token: str) -> Mount:
             name="portal_static",
         ),
     ]
-    return Mount(
+    return session_mount(
         "/portal",
-        routes=routes,
-        middleware=[
-            Middleware(SecurityHeaders),
-            Middleware(SecureOverHttps),
-            Middleware(
-                SessionMiddleware,
-                secret_key=session_secret(admin_token),
-                session_cookie=SESSION_COOKIE,
-                max_age=SESSION_MAX_S,
-                same_site="strict",
-                path="/portal",
-            ),
-        ],
+        routes,
+        secret_key=session_secret(admin_token),
+        cookie=SESSION_COOKIE,
+        max_age=SESSION_MAX_S,
+        inner=[Middleware(SecureOverHttps)],
     )
