@@ -247,7 +247,10 @@ CREATE TABLE IF NOT EXISTS ops_audit (
     id          bigserial PRIMARY KEY,
     at          timestamptz NOT NULL DEFAULT now(),
     actor       text NOT NULL,
-    action      text NOT NULL CHECK (action IN ('replay', 'bulk_replay', 'close_circuit')),
+    -- The portal's actions too (0023): a partner's redeliveries, settings and keys.
+    action      text NOT NULL CHECK (action IN (
+        'replay', 'bulk_replay', 'close_circuit', 'redeliver', 'set_notifications',
+        'delete_notifications', 'test_notification', 'rotate_secret', 'test_event')),
     count       integer NOT NULL,
     filter      jsonb NOT NULL DEFAULT '{}',
     reason      text NOT NULL
@@ -605,3 +608,19 @@ CREATE TABLE IF NOT EXISTS task_traces (
     traceparent text NOT NULL,
     tracestate  text
 );
+
+-- The partner portal's single-use links (0023): only the token's SHA-256 is kept;
+-- opened_at is stamped at the one opening. api_key_hash is the tenant's key when the
+-- link was made, so a key rotation makes it unopenable.
+CREATE TABLE IF NOT EXISTS portal_links (
+    token_hash    bytea PRIMARY KEY,
+    tenant_id     text NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+    api_key_hash  bytea NOT NULL,
+    read_only     boolean NOT NULL DEFAULT false,
+    created_by    text NOT NULL,
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    expires_at    timestamptz NOT NULL,
+    opened_at     timestamptz
+);
+CREATE INDEX IF NOT EXISTS portal_links_expiry ON portal_links (expires_at);
+CREATE INDEX IF NOT EXISTS portal_links_tenant ON portal_links (tenant_id);

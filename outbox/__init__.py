@@ -14,7 +14,7 @@ Inside, imports go one way, each line below building on the next (pyproject.toml
 contracts; the package map in CONTRIBUTING.md)::
 
     sync
-    tasks | dispatch | tenants
+    tasks | dispatch | tenants | portal
     ops | keys | egress
     store
     sql | destinations

@@ -35,6 +35,11 @@ def tenant_id() -> str:
     return "ten_" + _token()
 
 
+def portal_token() -> str:
+    """A portal link's secret: 256 random bits (only its SHA-256 is stored)."""
+    return "hrp_" + secrets.token_urlsafe(32)
+
+
 def api_key() -> str:
     """A partner API key: 256 random bits, URL-safe."""
     return "hr_" + secrets.token_urlsafe(32)

@@ -29,7 +29,17 @@ TaskStatus = Literal[LiveStatus, TerminalStatus]
 DeliveryStatus = Literal["none", "pending", "delivered", "dead"]
 Outcome = Literal["delivered", "retry", "dead"]
 CircuitState = Literal["closed", "open", "half-open"]
-AuditAction = Literal["replay", "bulk_replay", "close_circuit"]
+AuditAction = Literal[
+    "replay",
+    "bulk_replay",
+    "close_circuit",
+    "redeliver",
+    "set_notifications",
+    "delete_notifications",
+    "test_notification",
+    "rotate_secret",
+    "test_event",
+]
 # Why a delivery failed, as an operator sorts it (derived from the stored error).
 ErrorClass = Literal["timeout", "dns", "tls", "connect", "blocked", "http_4xx", "http_5xx", "other"]
 # Which signatures a tenant's webhooks carry, and the kind of one stored key.

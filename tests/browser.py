@@ -1,4 +1,5 @@
-"""What the browser tests share: the Chromium they drive, or a skip (never under CI)."""
+"""What the browser tests share: the Chromium they drive, or a skip (never under CI), and
+where their screenshots go."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+
+from tests.harness.procs import ROOT
 
 
 def chromium() -> str:
@@ -26,3 +29,12 @@ def chromium() -> str:
             raise RuntimeError("CI must run the browser tests: install chromium (see .ci/run)")
         pytest.skip("no Chromium found (apt-get install chromium)", allow_module_level=True)
     return found
+
+
+def screenshots(tmp_path: Path, variable: str) -> Path:
+    """Where a browser test's screenshots go: ``$variable`` under the checkout (``docs``
+    refreshes the pictures of the docs), else the test's temporary directory."""
+    where = os.environ.get(variable)
+    path = (ROOT / where) if where else tmp_path
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -42,8 +42,7 @@ from tests.support import (
     clone_template,
     dispatcher_env,
     free_port,
-    master_key,
-    service_env,
+    module_serve,
     start,
     wait_for_port,
     with_database,
@@ -209,23 +208,7 @@ def hookrelay_serve(
 ) -> Iterator[ServeProcess]:
     """One ``hookrelay serve`` for the module (fast retries, loopback callbacks allowed);
     each test makes its own tenant (``hookrelay_serve.tenant()``)."""
-    data = tmp_path_factory.mktemp("serve")
-    env = service_env(
-        module_dsn,
-        master_key(),
-        admin_token=ADMIN_TOKEN,
-        data_dir=str(data),
-        max_attempts="3",
-        retry_base_s="0.05",
-        retry_cap_s="0.2",
-        poll_interval_s="0.1",
-        http_timeout_s="2",
-        streams_per_tenant="4",
-    )
-    serve = ServeProcess(env, data / "serve.log")
-    serve.start()
-    yield serve
-    serve.stop()
+    yield from module_serve(module_dsn, tmp_path_factory, streams_per_tenant="4")
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -292,6 +292,28 @@ class ServeProcess:
         r = httpx.post(f"{self.url}/v1/admin/tenants", json=body, headers=ADMIN, timeout=30)
         assert r.status_code == 201, r.text
         return dict(r.json())
+
+
+def module_serve(dsn: str, tmp_path_factory: Any, **settings: str) -> Iterator[ServeProcess]:
+    """A module's ``hookrelay serve`` on ``dsn``: fast retries, loopback callbacks allowed,
+    ``settings`` (by lower-case name) on top."""
+    data = tmp_path_factory.mktemp("serve")
+    env = service_env(
+        dsn,
+        master_key(),
+        admin_token=ADMIN_TOKEN,
+        data_dir=str(data),
+        max_attempts="3",
+        retry_base_s="0.05",
+        retry_cap_s="0.2",
+        poll_interval_s="0.1",
+        http_timeout_s="2",
+        **settings,
+    )
+    serve = ServeProcess(env, data / "serve.log")
+    serve.start()
+    yield serve
+    serve.stop()
 
 
 class LosingProxy:

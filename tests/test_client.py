@@ -317,6 +317,19 @@ def test_public_keys_of_a_v1a_tenant(hookrelay_serve) -> None:
         assert c.public_keys() == [tenant["publicKey"]]
 
 
+def test_portal_link_opens_once(hookrelay_serve, partner) -> None:
+    with Client(hookrelay_serve.url, partner["apiKey"]) as c:
+        link = c.portal_link()
+        viewer = c.portal_link(read_only=True)
+    assert link.url.startswith(f"{hookrelay_serve.url}/portal/open?token=hrp_")
+    assert link.expires_at > datetime.now(UTC) and "hrp_" not in repr(link)
+    with httpx.Client() as browser:
+        assert browser.get(link.url).status_code == 303
+        assert browser.get(link.url).status_code == 410
+        opened = browser.get(viewer.url, follow_redirects=True)
+        assert opened.status_code == 200 and "read-only" in opened.text
+
+
 def test_errors_as_the_server_answers_them(client, hookrelay_serve, partner) -> None:
     with pytest.raises(NotFound) as missing:
         client.get("task_nope")

@@ -264,6 +264,11 @@ async def test_every_other_call(client, partner, hookrelay_serve) -> None:
     tenant = hookrelay_serve.tenant("both")
     async with AsyncClient(hookrelay_serve.url, tenant["apiKey"]) as both:
         assert await both.public_keys() == [tenant["publicKey"]]
+        link = await both.portal_link(read_only=True)
+    assert link.url.startswith(f"{hookrelay_serve.url}/portal/open?token=hrp_")
+    async with httpx.AsyncClient() as browser:
+        assert (await browser.get(link.url)).status_code == 303
+        assert (await browser.get(link.url)).status_code == 410
 
 
 async def test_errors_as_the_server_answers_them(client, hookrelay_serve) -> None:

@@ -124,7 +124,7 @@ async def test_filter_preview_bulk_replay_audit(client, pool, runtime, dead, rec
 
     form = {"csrf": csrf, "tenant": a.id, "reason": "partner fixed it (INC-7)"}
     preview = await client.post("/ops/dead-letters/preview", data=form, headers=ORIGIN)
-    assert preview.status_code == 200 and "Would replay <b>3</b>" in preview.text
+    assert preview.status_code == 200 and 'Would replay <b id="preview-count">3</b>' in preview.text
     assert await pool.fetchval("SELECT count(*) FROM dead_letters WHERE replayed_at IS NULL") == 5
     unconfirmed = await client.post("/ops/dead-letters/bulk-replay", data=form, headers=ORIGIN)
     assert unconfirmed.status_code == 400

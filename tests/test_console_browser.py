@@ -9,16 +9,14 @@ pictures of docs/operations/console.md) or to the test's temporary directory.
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.browser import chromium
+from tests.browser import chromium, screenshots
 from tests.receiver import Receiver, failing_until_healthy
-from tests.support import ADMIN, ADMIN_TOKEN, ROOT, bearer, dispatcher_env, eventually, serving
+from tests.support import ADMIN, ADMIN_TOKEN, bearer, dispatcher_env, eventually, serving
 from tests.test_console import HOSTILE
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -40,15 +38,8 @@ async def partner() -> AsyncIterator[Receiver]:
     await rx.stop()
 
 
-def _shots(tmp_path: Path) -> Path:
-    where = os.environ.get("HOOKRELAY_OPS_SCREENSHOTS")
-    path = (ROOT / where) if where else tmp_path
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 async def test_operator_finds_understands_and_replays(serve, partner, pool, tmp_path) -> None:
-    shots = _shots(tmp_path)
+    shots = screenshots(tmp_path, "HOOKRELAY_OPS_SCREENSHOTS")
     async with httpx.AsyncClient(base_url=serve) as api:
         tenant = (
             await api.post("/v1/admin/tenants", json={"name": "Globex"}, headers=ADMIN)

@@ -233,3 +233,19 @@ class Notifications:
             events=tuple(cast(NotificationType, e) for e in data["events"]),
             updated_at=_time(data["updatedAt"]),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class PortalLink:
+    """A single-use link into the partner portal (``POST /v1/portal-links``): hand
+    ``url`` to the person who will open it, once, before ``expires_at``."""
+
+    url: str
+    expires_at: datetime
+
+    def __repr__(self) -> str:  # the URL carries the link's secret
+        return f"PortalLink(url=<secret>, expires_at={self.expires_at!r})"
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PortalLink:
+        return cls(url=str(data["url"]), expires_at=_time(data["expiresAt"]))

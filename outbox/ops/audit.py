@@ -1,6 +1,8 @@
 """Operator actions that leave a trace: replays (one, selected or by filter) and manual
 circuit closes, each recorded in ``ops_audit`` with who, how many, the filter and why.
-The console, the API and the CLI all replay through here."""
+The console, the API and the CLI all replay through here. The partner portal's other
+actions (a redelivery, a settings change, a key rotation, a test event) are recorded
+by :func:`record`."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Any
 
 import asyncpg
 
-from hookrelay.outbox.models import iso
+from hookrelay.outbox.models import AuditAction, iso
 from hookrelay.outbox.ops.dead_letters import replay_batch, replay_matching, replay_one
 from hookrelay.outbox.store import console as store
 from hookrelay.outbox.store.console import AuditEntry, EventView, MinuteCount, Overview
@@ -33,10 +35,26 @@ __all__ = [
     "bulk_replay",
     "close_circuit",
     "preview_replay",
+    "record",
     "replay_audited",
     "replay_selected",
     "tenant_actor",
 ]
+
+
+async def record(
+    conn: asyncpg.Connection,
+    *,
+    actor: str,
+    action: AuditAction,
+    reason: str = NO_REASON,
+    what: dict[str, Any] | None = None,
+    count: int = 1,
+) -> None:
+    """One action in the audit trail: who, what to (``what``, shown as the filter), why."""
+    await store.audit(
+        conn, actor=actor, action=action, count=count, filter=what or {}, reason=reason
+    )
 
 
 def _described(flt: DeadLetterFilter) -> dict[str, Any]:

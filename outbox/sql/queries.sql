@@ -1387,3 +1387,85 @@ SELECT e.event_id, e.event_type, e.created_at,
    AND e.event_type IN ('delivery.dead', 'destination.unhealthy', 'destination.recovered')
  ORDER BY e.created_at DESC
  LIMIT $2;
+
+-- name: portal_link_insert
+-- A portal link for tenant $2 (0023): the token's SHA-256 $1, read-only $3, made
+-- by $4, openable for $5 seconds. The tenant's current key hash goes with it, so a
+-- rotation before the opening makes it unopenable. No row: no such tenant.
+INSERT INTO portal_links (token_hash, tenant_id, api_key_hash, read_only, created_by, expires_at)
+SELECT $1, t.id, t.api_key_hash, $3, $4, now() + make_interval(secs => $5)
+  FROM tenants t WHERE t.id = $2
+RETURNING expires_at;
+
+-- name: portal_links_purge
+-- Links a day past their opening deadline are of no use, opened or not
+-- (portal_links_expiry); run when a link is made, so the table stays small.
+DELETE FROM portal_links WHERE expires_at < now() - interval '1 day';
+
+-- name: portal_link_open
+-- The one opening of link $1: only if never opened, not expired, and made under the
+-- tenant's current API key. One statement, so two openings at once cannot both win.
+UPDATE portal_links l
+   SET opened_at = now()
+  FROM tenants t
+ WHERE l.token_hash = $1 AND l.opened_at IS NULL AND l.expires_at > now()
+   AND t.id = l.tenant_id AND t.api_key_hash = l.api_key_hash
+RETURNING l.tenant_id, t.name, l.read_only, t.api_key_hash;
+
+-- name: portal_tenant_key
+-- What a portal session is checked against at every request: the tenant still
+-- exists, under the API key it had when the session opened.
+SELECT name, api_key_hash FROM tenants WHERE id = $1;
+
+-- name: portal_tasks
+-- The portal's task list: tenant $1's tasks, the latest change first, filtered by
+-- status $2, type $3, delivery state $4, last changed in [$5, $6); keyset paging
+-- before ($7, $8) on (updated_at, id), tasks_tenant_updated read backwards. A
+-- page for a person, who reloads: no horizon as list_tasks has for reconcilers.
+SELECT t.*, (SELECT h.names FROM callback_headers h WHERE h.task_id = t.id) AS callback_header_names
+  FROM tasks t
+ WHERE tenant_id = $1
+   AND ($2::text IS NULL OR status = $2)
+   AND ($3::text IS NULL OR type = $3)
+   AND ($4::text IS NULL OR delivery_status = $4)
+   AND ($5::timestamptz IS NULL OR updated_at >= $5)
+   AND ($6::timestamptz IS NULL OR updated_at < $6)
+   AND ($7::timestamptz IS NULL OR (updated_at, id) < ($7, $8::text))
+ ORDER BY updated_at DESC, id DESC
+ LIMIT $9;
+
+-- name: portal_delivery_figures
+-- Tenant $1's attempts in the last 24 h (delivery_attempts_time, then the tenant):
+-- per outcome, how many in the last hour and in the day.
+SELECT outcome,
+       count(*) FILTER (WHERE attempted_at > now() - interval '1 hour') AS hour,
+       count(*) AS day
+  FROM delivery_attempts
+ WHERE attempted_at > now() - interval '24 hours' AND tenant_id = $1
+ GROUP BY outcome;
+
+-- name: portal_attempt_durations
+-- The median and 95th percentile of tenant $1's attempt durations over the last 24 h.
+SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_ms) AS p50,
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY duration_ms) AS p95
+  FROM delivery_attempts
+ WHERE attempted_at > now() - interval '24 hours' AND tenant_id = $1;
+
+-- name: portal_deliveries_per_hour
+-- Tenant $1's attempts per hour and outcome over the last 24 h, for the chart.
+SELECT date_trunc('hour', attempted_at) AS hour, outcome, count(*) AS n
+  FROM delivery_attempts
+ WHERE attempted_at > now() - interval '24 hours' AND tenant_id = $1
+ GROUP BY 1, 2
+ ORDER BY 1;
+
+-- name: portal_open_circuits
+-- The circuits not closed that hold tenant $1's webhooks: told of the episode
+-- (destination_notices) or with a row of the tenant's waiting for the host.
+SELECT d.host, d.state, d.consecutive_failures, d.last_error, d.probe_at
+  FROM destinations d
+ WHERE d.state <> 'closed'
+   AND (EXISTS (SELECT 1 FROM destination_notices n WHERE n.host = d.host AND n.tenant_id = $1)
+        OR EXISTS (SELECT 1 FROM outbox o WHERE o.host = d.host AND o.tenant_id = $1))
+ ORDER BY d.host
+ LIMIT 100;

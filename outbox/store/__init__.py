@@ -18,6 +18,7 @@ drivers run on asyncpg, psycopg 3 or SQLAlchemy. One module per area:
 - :mod:`.notifications` tenants' notification settings and their last notifications
 - :mod:`.masterkey`    the master key check, re-encryption of every secret
 - :mod:`.console`      what the ops console reads beyond the other areas, its audit trail
+- :mod:`.portal`       the partner portal's links and session check, a tenant's figures
 - :mod:`.metrics`      gauges read at scrape time, the readiness ping
 - :mod:`.retention`    purges past retention
 - :mod:`.steps`        statements as values, and the plans written over them
@@ -46,6 +47,7 @@ from hookrelay.outbox.store import (
     destinations,
     events,
     metrics,
+    portal,
     retention,
     schema,
     tasks,
@@ -78,6 +80,7 @@ __all__ = [
     "migrate",
     "migration_status",
     "parse_changes",
+    "portal",
     "retention",
     "schema",
     "tasks",

@@ -41,6 +41,7 @@ SHAPES: tuple[type[msgspec.Struct], ...] = (
     shapes.Notifications,
     shapes.SigningKeys,
     shapes.TestEvent,
+    shapes.PortalLink,
     shapes.Liveness,
     shapes.Health,
     shapes.SubmitBody,
@@ -52,6 +53,7 @@ SHAPES: tuple[type[msgspec.Struct], ...] = (
     shapes.OwnBulkReplayBody,
     shapes.NotificationsBody,
     shapes.PingBody,
+    shapes.PortalLinkBody,
     shapes.NoBody,
 )
 # Query strings: each Struct is spread into one parameter per field, so they are not
@@ -439,6 +441,33 @@ def spec() -> Schema:
                     "The operations console (HTML); sign in with the admin token",
                     security=[],
                     responses={"303": {"description": "to the sign-in page or the overview"}},
+                )
+            },
+            "/portal": {
+                "get": {
+                    "summary": "The partner portal (HTML); opened with a portal link",
+                    "security": [],
+                    "responses": {"308": {"description": "to the portal's pages"}},
+                }
+            },
+            "/v1/portal-links": {
+                "post": _op(
+                    "A single-use link into the partner portal (15 minutes to open it)",
+                    (201, shapes.PortalLink),
+                    op_id="createPortalLink",
+                    body=shapes.PortalLinkBody,
+                    body_required=False,
+                    errors=(401, 403, 413, 415, 422),
+                )
+            },
+            "/v1/admin/tenants/{tenant_id}/portal-links": {
+                "post": _op(
+                    "A single-use link into the partner portal for a tenant (admin)",
+                    (201, shapes.PortalLink),
+                    body=shapes.PortalLinkBody,
+                    body_required=False,
+                    params=[_p("tenant_id")],
+                    errors=(401, 403, 404, 413, 415, 422),
                 )
             },
             "/v1/signing-keys": {

@@ -299,6 +299,14 @@ class PingBody(Body):
     callback_url: CallbackUrl
 
 
+class PortalLinkBody(Body):
+    """`POST /v1/portal-links`, `POST /v1/admin/tenants/{id}/portal-links` (optional)."""
+
+    read_only: Annotated[
+        bool, Meta(description="view only: no replay, no redelivery, no settings, no keys")
+    ] = False
+
+
 class NoBody(msgspec.Struct):
     """A route that takes no input: a body, if sent, must be JSON and is ignored."""
 
@@ -578,6 +586,14 @@ class TestEvent(Answer):
     type: Literal["ping"]
     status: TestEventStatus
     attempts: list[AttemptResource] | UnsetType = UNSET
+
+
+class PortalLink(Answer):
+    """A single-use link into the partner portal (`/portal`): open it once, before
+    `expiresAt`; the session it opens lasts at most 12 hours."""
+
+    url: Annotated[str, Meta(description="absolute, carries the link's secret token")]
+    expires_at: Time
 
 
 class Liveness(Answer):

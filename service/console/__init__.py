@@ -17,29 +17,25 @@ import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from starlette.middleware import Middleware
-from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from hookrelay.outbox.errors import OutboxError
-from hookrelay.service.api.errors import ApiError, answer_for
 from hookrelay.service.console import pages
 from hookrelay.service.console.security import (
     SESSION_COOKIE,
     SESSION_MAX_AGE_S,
     FormRejected,
-    SecurityHeaders,
     SignInThrottle,
     check_csrf,
     read_form,
+    session_mount,
     session_secret,
     sign_in,
     signed_in,
 )
-from hookrelay.service.console.views import page
+from hookrelay.service.console.views import as_page, page
 
 log = logging.getLogger("hookrelay.ops")
 Handler = Callable[[Request], Awaitable[Response]]
@@ -51,21 +47,11 @@ def _guarded(handler: Handler) -> Handler:
     async def guarded(request: Request) -> Response:
         if not signed_in(request):
             return RedirectResponse("/ops/sign-in", status_code=303)
-        try:
-            return await handler(request)
-        except FormRejected as exc:
-            return page(request, "message.html", 400, heading="Not done", text=str(exc))
-        except ApiError as exc:
-            return page(request, "message.html", exc.status, heading="Not done", text=exc.message)
-        except OutboxError as exc:
-            found = answer_for(exc)
-            return page(
-                request,
-                "message.html",
-                found.status if found else 500,
-                heading="Not done",
-                text=str(exc) or type(exc).__name__,
-            )
+
+        def message(status: int, text: str) -> Response:
+            return page(request, "message.html", status, heading="Not done", text=text)
+
+        return await as_page(request, handler(request), message)
 
     return guarded
 
@@ -146,18 +132,10 @@ def mount(admin_token: str) -> Mount:
             name="ops_static",
         ),
     ]
-    return Mount(
+    return session_mount(
         "/ops",
-        routes=routes,
-        middleware=[
-            Middleware(SecurityHeaders),
-            Middleware(
-                SessionMiddleware,
-                secret_key=session_secret(admin_token),
-                session_cookie=SESSION_COOKIE,
-                max_age=SESSION_MAX_AGE_S,
-                same_site="strict",
-                path="/ops",
-            ),
-        ],
+        routes,
+        secret_key=session_secret(admin_token),
+        cookie=SESSION_COOKIE,
+        max_age=SESSION_MAX_AGE_S,
     )

@@ -30,28 +30,28 @@ FILTER_FIELDS = ("tenant", "eventType", "since", "until", "status", "errorClass"
 ACTOR = "ops"
 
 
-def _back(path: str, notice: str) -> RedirectResponse:
+def back(path: str, notice: str) -> RedirectResponse:
     return RedirectResponse(f"{path}?{urlencode({'notice': notice})}", status_code=303)
 
 
-async def _post(request: Request) -> dict[str, list[str]]:
+async def posted(request: Request) -> dict[str, list[str]]:
     form = await read_form(request)
     check_csrf(request, form)
     return form
 
 
-def _one(form: dict[str, list[str]], name: str) -> str:
+def one(form: dict[str, list[str]], name: str) -> str:
     return (form.get(name) or [""])[0].strip()
 
 
 def _reason(form: dict[str, list[str]]) -> str:
-    reason = _one(form, "reason")
+    reason = one(form, "reason")
     if not reason or len(reason) > 500:
         raise FormRejected("a reason (1-500 characters) is required")
     return reason
 
 
-def _filter(values: dict[str, str]) -> DeadLetterFilter:
+def dead_letter_filter(values: dict[str, str]) -> DeadLetterFilter:
     status = values.get("status") or None
     if status is not None and not (status.isascii() and status.isdigit() and len(status) == 3):
         raise BadRequest("status must be a three-digit HTTP status code")
@@ -94,7 +94,7 @@ async def dead_letters(
 ) -> Response:
     q = request.query_params
     values = values if values is not None else {k: q.get(k, "") for k in FILTER_FIELDS}
-    flt = _filter(values)
+    flt = dead_letter_filter(values)
     cursor = validation.decode_cursor(q.get("cursor")) if preview is None else None
     async with request.app.state.pool.acquire() as conn:
         letters, nxt = await list_dead_letters(
@@ -117,45 +117,45 @@ async def dead_letters(
 
 
 async def preview_replay(request: Request) -> Response:
-    form = await _post(request)
+    form = await posted(request)
     reason = _reason(form)
-    values = {k: _one(form, k) for k in FILTER_FIELDS}
+    values = {k: one(form, k) for k in FILTER_FIELDS}
     async with request.app.state.pool.acquire() as conn:
-        count = await ops.preview_replay(conn, _filter(values))
+        count = await ops.preview_replay(conn, dead_letter_filter(values))
     return await dead_letters(request, preview=count, reason=reason, values=values)
 
 
 async def bulk_replay(request: Request) -> Response:
-    form = await _post(request)
+    form = await posted(request)
     reason = _reason(form)
-    if _one(form, "confirm") != "yes":
+    if one(form, "confirm") != "yes":
         raise FormRejected("preview the bulk replay first, then confirm it")
-    flt = _filter({k: _one(form, k) for k in FILTER_FIELDS})
+    flt = dead_letter_filter({k: one(form, k) for k in FILTER_FIELDS})
     async with request.app.state.pool.acquire() as conn:
         done = await ops.bulk_replay(conn, flt, actor=ACTOR, reason=reason)
-    return _back("/ops/dead-letters", f"Replayed {done:,} dead letter(s).")
+    return back("/ops/dead-letters", f"Replayed {done:,} dead letter(s).")
 
 
 async def replay_selected(request: Request) -> Response:
-    form = await _post(request)
+    form = await posted(request)
     reason = _reason(form)
     ids = [i for i in form.get("eventId", []) if i]
     if not ids or len(ids) > 1000:
         raise FormRejected("select between 1 and 1,000 dead letters")
     async with request.app.state.pool.acquire() as conn:
         done = await ops.replay_selected(conn, ids, actor=ACTOR, reason=reason)
-    return _back("/ops/dead-letters", f"Replayed {done:,} of {len(ids):,} selected.")
+    return back("/ops/dead-letters", f"Replayed {done:,} of {len(ids):,} selected.")
 
 
 async def replay_event(request: Request) -> Response:
-    form = await _post(request)
+    form = await posted(request)
     event_id = request.path_params["event_id"]
     async with request.app.state.pool.acquire() as conn:
         done = await ops.replay_selected(conn, [event_id], actor=ACTOR, reason=_reason(form))
-    return _back(f"/ops/events/{event_id}", "Replayed." if done else "Already replayed.")
+    return back(f"/ops/events/{event_id}", "Replayed." if done else "Already replayed.")
 
 
-def _attempt_rows(attempts: list[Any]) -> list[dict[str, Any]]:
+def attempt_rows(attempts: list[Any]) -> list[dict[str, Any]]:
     return [
         {
             **{k: getattr(a, k) for k in a.__slots__},
@@ -191,7 +191,7 @@ async def event(request: Request) -> Response:
         created=when(e.created_at) if e else "",
         body=body,
         task_id=None,
-        attempts=_attempt_rows(attempts),
+        attempts=attempt_rows(attempts),
     )
 
 
@@ -205,18 +205,18 @@ async def task(request: Request) -> Response:
             )
         attempts = await store.event_attempts(conn, event_id=t.event_id) if t.event_id else []
     resource = json.dumps(t.to_resource(), indent=2, ensure_ascii=False)
-    return page(request, "task.html", t=t, resource=resource, attempts=_attempt_rows(attempts))
+    return page(request, "task.html", t=t, resource=resource, attempts=attempt_rows(attempts))
 
 
 async def redeliver_task(request: Request) -> Response:
-    await _post(request)
+    await posted(request)
     task_id = request.path_params["task_id"]
     async with request.app.state.pool.acquire() as conn:
         try:
             await redeliver(conn, task_id, tenant_id=None, by=ACTOR)
         except OutboxError as exc:
-            return _back(f"/ops/tasks/{task_id}", f"Not redelivered: {exc}")
-    return _back(f"/ops/tasks/{task_id}", "Queued for redelivery.")
+            return back(f"/ops/tasks/{task_id}", f"Not redelivered: {exc}")
+    return back(f"/ops/tasks/{task_id}", "Queued for redelivery.")
 
 
 async def destinations(request: Request) -> Response:
@@ -227,11 +227,11 @@ async def destinations(request: Request) -> Response:
 
 
 async def close_circuit(request: Request) -> Response:
-    form = await _post(request)
-    host, reason = _one(form, "host"), _reason(form)
+    form = await posted(request)
+    host, reason = one(form, "host"), _reason(form)
     async with request.app.state.pool.acquire() as conn:
         closed = await ops.close_circuit(conn, host, actor=ACTOR, reason=reason)
-    return _back("/ops/destinations", f"Closed {host}." if closed else f"{host} was not open.")
+    return back("/ops/destinations", f"Closed {host}." if closed else f"{host} was not open.")
 
 
 async def tenants(request: Request, *, shown: list[tuple[str, str]] | None = None) -> Response:
@@ -254,8 +254,8 @@ async def tenants(request: Request, *, shown: list[tuple[str, str]] | None = Non
 
 
 async def new_tenant(request: Request) -> Response:
-    form = await _post(request)
-    name = _one(form, "name")
+    form = await posted(request)
+    name = one(form, "name")
     if not name or len(name) > 200:
         raise FormRejected("a name of 1-200 characters is required")
     async with request.app.state.pool.acquire() as conn:
@@ -269,7 +269,7 @@ async def new_tenant(request: Request) -> Response:
 
 
 async def tenant_rotate_secret(request: Request) -> Response:
-    await _post(request)
+    await posted(request)
     tenant_id = request.path_params["tenant_id"]
     overlap = request.app.state.settings.secret_overlap_s
     async with request.app.state.pool.acquire() as conn:
@@ -284,7 +284,7 @@ async def tenant_rotate_secret(request: Request) -> Response:
 
 
 async def tenant_rotate_key(request: Request) -> Response:
-    await _post(request)
+    await posted(request)
     tenant_id = request.path_params["tenant_id"]
     async with request.app.state.pool.acquire() as conn:
         api_key = await rotate_api_key(conn, tenant_id)

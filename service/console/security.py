@@ -13,10 +13,14 @@ import hashlib
 import hmac
 import secrets
 import time
+from collections.abc import Sequence
 from urllib.parse import parse_qsl
 
 from starlette.datastructures import MutableHeaders
+from starlette.middleware import Middleware
+from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
+from starlette.routing import BaseRoute, Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 SESSION_COOKIE = "hookrelay_ops"
@@ -60,6 +64,35 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, with_headers if scope["type"] == "http" else send)
+
+
+def session_mount(
+    path: str,
+    routes: list[BaseRoute],
+    *,
+    secret_key: str,
+    cookie: str,
+    max_age: int,
+    inner: Sequence[Middleware] = (),
+) -> Mount:
+    """``routes`` at ``path`` under :data:`HEADERS` and a signed HttpOnly SameSite=Strict
+    session cookie of their own, on ``path`` only (the console's, and the portal's)."""
+    return Mount(
+        path,
+        routes=routes,
+        middleware=[
+            Middleware(SecurityHeaders),
+            *inner,
+            Middleware(
+                SessionMiddleware,
+                secret_key=secret_key,
+                session_cookie=cookie,
+                max_age=max_age,
+                same_site="strict",
+                path=path,
+            ),
+        ],
+    )
 
 
 def signed_in(request: Request) -> bool:

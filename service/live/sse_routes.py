@@ -36,7 +36,12 @@ def last_event_id(request: Request) -> int | None:
 
 
 async def tenant_events(request: Request) -> Response:
-    tenant_id = await require_tenant(request)
+    return await tenant_stream(request, await require_tenant(request))
+
+
+async def tenant_stream(request: Request, tenant_id: str) -> Response:
+    """Every change of ``tenant_id``'s tasks, from ``Last-Event-ID`` on (the partner
+    portal's live list opens it too, for the tenant of its session)."""
     after = last_event_id(request)
     hub: StreamHub = request.app.state.hub
     sub = await hub.open(tenant_id, after=after)

@@ -15,7 +15,7 @@ from starlette.routing import Route
 from hookrelay.outbox.egress import Resolver
 from hookrelay.outbox.store import create_pool
 from hookrelay.outbox.tasks import GroupCommit
-from hookrelay.service import console
+from hookrelay.service import console, portal
 from hookrelay.service.api import openapi
 from hookrelay.service.api import tracing as api_tracing
 from hookrelay.service.api.auth import KeyCache, revocations
@@ -104,6 +104,7 @@ def create_app(
             *ws_routes.routes,
             Route("/ops", console.entry, methods=["GET"]),
             console.mount(runtime.admin_token),
+            *portal.routes(runtime.admin_token),
         ],
         exception_handlers=HANDLERS,
         middleware=[

@@ -22,6 +22,7 @@ from hookrelay.models import (
     DeadLetter,
     Notifications,
     NotificationType,
+    PortalLink,
     Task,
     TerminalStatus,
     TestEvent,
@@ -215,6 +216,13 @@ def public_keys() -> Plan[list[str]]:
     """The tenant's ``whpk_`` keys that sign now (``GET /v1/signing-keys``)."""
     reply = yield Send(Call("GET", "/v1/signing-keys"))
     return [k["publicKey"] for k in reply.response.json()["data"] if k.get("publicKey")]
+
+
+def portal_link(read_only: bool) -> Plan[PortalLink]:
+    """A single-use link into the partner portal. Sent again if the answer is lost:
+    the first link, never handed on, just expires."""
+    reply = yield Send(Call("POST", "/v1/portal-links", body={"readOnly": read_only}))
+    return PortalLink.from_json(reply.response.json())
 
 
 # -- dead letters and notifications ------------------------------------------------------

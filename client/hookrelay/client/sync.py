@@ -17,6 +17,7 @@ from hookrelay.models import (
     DeadLetter,
     Notifications,
     NotificationType,
+    PortalLink,
     Task,
     TaskStatus,
     TerminalStatus,
@@ -163,6 +164,12 @@ class Client:
     def public_keys(self) -> list[str]:
         """The ``whpk_`` keys that sign the tenant's ``v1a`` webhooks now. Retried."""
         return self._driver.run(calls.public_keys())
+
+    def portal_link(self, read_only: bool = False) -> PortalLink:
+        """A single-use link into the partner portal (``/portal``) for this tenant: it
+        opens once, within 15 minutes, a session of at most 12 hours (view only with
+        ``read_only``). Retried: a link lost on the way just expires."""
+        return self._driver.run(calls.portal_link(read_only))
 
     # -- the tenant's dead letters and notifications ------------------------------------
 
