@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ import pytest
 
 from hookrelay import outbox
 from hookrelay.outbox.store import create_pool, dsn_through_pooler
+from hookrelay.service.server.open_database import open_database
 from tests.harness.pgbouncer import PgBouncer, pgbouncer_binary
 from tests.harness.procs import master_key, service_env
 from tests.receiver import Receiver
@@ -78,6 +81,23 @@ async def test_detected_and_run_without_named_statements(pgbouncer, dsn) -> None
         await _busy(found)
     finally:
         await found.close()
+
+
+async def test_start_says_what_the_pooler_changes(pgbouncer, dsn, runtime, caplog) -> None:
+    bounced = pgbouncer.dsn()
+    settings = replace(runtime.settings, database_url=bounced)
+    caplog.set_level(logging.INFO, logger="hookrelay")
+    await open_database(replace(runtime, dsn=bounced, settings=settings))
+    said = [r.getMessage() for r in caplog.records]
+    assert any("pooler: prepared statements off" in m for m in said), said
+    assert any("set HOOKRELAY_LISTEN_DATABASE_URL" in m for m in said), said
+    # With a direct connection for LISTEN (and the migrations): nothing to warn of.
+    caplog.clear()
+    beside = replace(settings, listen_database_url=dsn)
+    await open_database(replace(runtime, dsn=bounced, settings=beside))
+    said = [r.getMessage() for r in caplog.records]
+    assert any("pooler: prepared statements off" in m for m in said), said
+    assert not any("HOOKRELAY_LISTEN_DATABASE_URL" in m for m in said), said
 
 
 @pytest.fixture

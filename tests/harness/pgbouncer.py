@@ -10,11 +10,12 @@ tests' loopback server) passed through.
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from tests.harness.procs import free_port, wait_for_port
 
@@ -39,11 +40,12 @@ server_lifetime = 3600
 class PgBouncer:
     """``pgbouncer`` on a free loopback port in front of ``dsn``'s server until :meth:`stop`.
 
-    PgBouncer refuses to run as root: as root it is started with ``-u nobody``.
+    PgBouncer refuses to run as root: as root it is started with ``-u`` (:func:`_run_as`).
     """
 
     def __init__(self, binary: str, dsn: str, *, pool_size: int = 4) -> None:
         self.server = urlsplit(dsn)
+        host, port = _server_address(self.server)
         self.port = free_port()
         self._dir = Path(tempfile.mkdtemp(prefix="hookrelay-pgbouncer-"))
         self._dir.chmod(0o755)  # readable by the unprivileged user it may switch to
@@ -54,8 +56,8 @@ class PgBouncer:
         config = self._dir / "pgbouncer.ini"
         config.write_text(
             CONFIG.format(
-                host=self.server.hostname or "127.0.0.1",
-                port=self.server.port or 5432,
+                host=host,
+                port=port,
                 password=f" password={password}" if password else "",
                 listen=self.port,
                 auth_file=auth_file,
@@ -67,7 +69,7 @@ class PgBouncer:
         self.log = self._dir / "pgbouncer.log"
         command = [binary, str(config)]
         if os.geteuid() == 0:
-            command[1:1] = ["-u", "nobody"]
+            command[1:1] = ["-u", _run_as(host)]
         with self.log.open("wb") as log:
             self._proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         try:
@@ -82,7 +84,9 @@ class PgBouncer:
         userinfo = parts.netloc.rpartition("@")[0]
         netloc = f"{userinfo}@127.0.0.1:{self.port}" if userinfo else f"127.0.0.1:{self.port}"
         path = f"/{database}" if database is not None else parts.path
-        return urlunsplit(parts._replace(netloc=netloc, path=path))
+        # Without the server's own ?host= (the embedded server's socket directory).
+        query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k not in ("host", "port")])
+        return urlunsplit(parts._replace(netloc=netloc, path=path, query=query))
 
     def logged(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
@@ -96,6 +100,27 @@ class PgBouncer:
                 self._proc.kill()
                 self._proc.wait()
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _server_address(dsn: SplitResult) -> tuple[str, int]:
+    """Where PgBouncer finds the server: host (or the socket's directory) and port."""
+    query = dict(parse_qsl(dsn.query))
+    host = query.get("host") or dsn.hostname or "127.0.0.1"
+    port = int(query.get("port") or dsn.port or 5432)
+    if host.startswith("/") and not (query.get("port") or dsn.port):
+        sockets = sorted(Path(host).glob(".s.PGSQL.*[0-9]"))
+        if sockets:
+            port = int(sockets[0].name.rsplit(".", 1)[1])
+    return host, port
+
+
+def _run_as(host: str) -> str:
+    """The user PgBouncer switches to when started as root (it refuses to run as root):
+    the owner of the server's socket directory, who alone may reach a socket in a
+    private directory (the tests' embedded server), else ``nobody``."""
+    if host.startswith("/"):
+        return pwd.getpwuid(Path(host).stat().st_uid).pw_name
+    return "nobody"
 
 
 def pgbouncer_binary() -> str | None:
