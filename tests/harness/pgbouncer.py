@@ -88,6 +88,11 @@ class PgBouncer:
         query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k not in ("host", "port")])
         return urlunsplit(parts._replace(netloc=netloc, path=path, query=query))
 
+    def cpu_s(self) -> float:
+        """User + system CPU seconds PgBouncer (one process) has used so far."""
+        fields = Path(f"/proc/{self._proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def logged(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
