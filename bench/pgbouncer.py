@@ -17,7 +17,10 @@ figures: submit and complete latency as the client sees them, submit→receipt
 (from just before the submit is sent to the webhook's arrival), and the CPU seconds
 per task of the serve process and of PgBouncer. Ratios are against ``direct``.
 
-    python -m bench pgbouncer [--rate 200] [--seconds 10] [--pool-size 20]
+    python -m bench pgbouncer [--rate 200] [--seconds 10] [--pool-size 20] [--rounds 2]
+
+``--rounds``: the three runs again, in the other order each time; the table counts
+every round's samples.
 
 Needs ``pgbouncer`` (Debian: ``apt-get install pgbouncer``).
 """
@@ -44,6 +47,7 @@ from tests.harness.procs import ROOT, free_port, hookrelay, master_key, service_
 ADMIN = {"Authorization": "Bearer bench"}
 WARM_UP = 100  # tasks before the clock starts: connections opened, code paths warm
 CONCURRENCY = 100  # client connections to the API
+MODES = ("direct", "unprepared", "pgbouncer")
 
 
 @dataclass
@@ -170,6 +174,21 @@ async def _until_delivered(dsn: str, n: int, timeout: float = 120) -> None:
         await conn.close()
 
 
+def _merged(runs: list[Run]) -> Run:
+    """The rounds of one mode as one run: their samples together, their CPU summed."""
+    return Run(
+        runs[0].mode,
+        sum(r.tasks for r in runs),
+        [x for r in runs for x in r.submit_ms],
+        [x for r in runs for x in r.complete_ms],
+        [x for r in runs for x in r.receipt_ms],
+        sum(r.serve_cpu_s for r in runs),
+        sum(r.bouncer_cpu_s for r in runs),
+        sum(r.delivered for r in runs),
+        sum(r.errors for r in runs),
+    )
+
+
 def table(runs: list[Run], args: argparse.Namespace) -> str:
     rows = [
         "| figure | "
@@ -201,6 +220,7 @@ def table(runs: list[Run], args: argparse.Namespace) -> str:
     errors = sum(r.errors for r in runs)
     return (
         f"{args.rate:g} tasks/s for {args.seconds:g} s in each run (submit, then complete), "
+        f"{args.rounds} run(s) of each mode, alternating the order; "
         f"{CONCURRENCY} client connections; PgBouncer 1.18 `pool_mode = transaction`, "
         f"`default_pool_size = {args.pool_size}`; PostgreSQL's own CPU not counted\n\n"
         + "\n".join(rows)
@@ -213,19 +233,23 @@ async def main() -> None:
     p.add_argument("--rate", type=float, default=200)
     p.add_argument("--seconds", type=float, default=10)
     p.add_argument("--pool-size", type=int, default=20)
+    p.add_argument("--rounds", type=int, default=2)
     args = p.parse_args()
     binary = pgbouncer_binary()
     if binary is None:
         sys.exit("pgbouncer is not installed (apt-get install pgbouncer)")
     server = server_dsn()
-    runs = [
-        await _run(mode, server, args, binary) for mode in ("direct", "unprepared", "pgbouncer")
-    ]
-    text = table(runs, args)
+    # Each round runs the modes in the other order, so that a stall of the shared
+    # server (a checkpoint, another tenant's load) does not always fall on one of them.
+    by_mode: dict[str, list[Run]] = {m: [] for m in MODES}
+    for i in range(args.rounds):
+        for mode in MODES if i % 2 == 0 else MODES[::-1]:
+            by_mode[mode].append(await _run(mode, server, args, binary))
+    text = table([_merged(by_mode[m]) for m in MODES], args)
     print(text)
     record(
         "serve behind PgBouncer",
         f"python -m bench pgbouncer --rate {args.rate:g} --seconds {args.seconds:g} "
-        f"--pool-size {args.pool_size}",
+        f"--pool-size {args.pool_size} --rounds {args.rounds}",
         text,
     )

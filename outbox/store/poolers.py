@@ -6,10 +6,11 @@ nothing that lives in a session survives from one statement to the next: named
 prepared statements (asyncpg's statement cache), session ``SET``, ``LISTEN``.
 
 The test: at start-up PostgreSQL tells the client the process id of its backend
-(the BackendKeyData message, which cancel requests quote back). A pooler answers
+(the BackendKeyData message, which cancel requests quote back). PgBouncer answers
 the client's start-up itself, with an id and cancel key of its own making, since a
 cancel must reach the pooler, which alone knows which server connection the
-client holds at that moment. So a connection whose announced id differs from
+client holds at that moment; other poolers that share server connections have the
+same reason to. So a connection whose announced id differs from
 ``pg_backend_pid()`` went through a pooler; a direct one always matches. It tells
 a pooler is there, not its pool mode: a session pooler is detected too (it keeps
 sessions, so turning the statement cache off there costs speed, not correctness;
