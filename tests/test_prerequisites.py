@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from dataclasses import replace
 
 import pytest
 
@@ -22,6 +23,18 @@ def test_runtime_repr_never_shows_the_token_or_the_dsn(tmp_path) -> None:
     assert runtime.admin_token not in repr(runtime)
     assert "hunter2" not in repr(runtime)
     assert repr(runtime).startswith("Runtime(embedded=False, ")
+
+
+def test_listen_and_migrate_on_the_listen_url_when_there_is_one(tmp_path) -> None:
+    pooled, direct = "postgresql://app@bouncer:6432/app", "postgresql://app@db:5432/app"
+    plain = prepare(Settings(database_url=pooled, master_key=KEY, data_dir=tmp_path))
+    assert (plain.listen_dsn, plain.prepared_statements) == (pooled, None)
+    beside = prepare(
+        Settings(database_url=pooled, listen_database_url=direct, master_key=KEY, data_dir=tmp_path)
+    )
+    assert (beside.dsn, beside.listen_dsn, beside.prepared_statements) == (pooled, direct, False)
+    # The embedded server is ours, reached directly: nothing to ask.
+    assert replace(plain, embedded=True).prepared_statements is True
 
 
 def test_an_existing_admin_token_file_is_kept(tmp_path) -> None:

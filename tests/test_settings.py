@@ -61,6 +61,28 @@ def test_several_servers_in_database_url() -> None:
     assert "pw" not in str(info.value)
 
 
+def test_a_listen_url_beside_a_transaction_pooler() -> None:
+    """HOOKRELAY_LISTEN_DATABASE_URL set apart from DATABASE_URL says DATABASE_URL goes
+    through a transaction pooler: prepared statements off unless said on."""
+    pooled, direct = "postgresql://u:pw@bouncer:6432/x", "postgresql://u:hunter2@db:5432/x"
+
+    def choice(**env: str) -> bool | None:
+        return Settings.from_env({"DATABASE_URL": pooled, **env}).prepared_statements_choice()
+
+    assert choice() is None  # auto: the pools ask the server
+    assert choice(HOOKRELAY_LISTEN_DATABASE_URL=direct) is False
+    assert choice(HOOKRELAY_LISTEN_DATABASE_URL=pooled) is None  # the same place says nothing
+    assert choice(HOOKRELAY_LISTEN_DATABASE_URL=direct, HOOKRELAY_PREPARED_STATEMENTS="on")
+    assert choice(HOOKRELAY_PREPARED_STATEMENTS="OFF") is False
+    s = Settings.from_env({"DATABASE_URL": pooled, "HOOKRELAY_LISTEN_DATABASE_URL": direct})
+    assert "hunter2" not in repr(s)
+    with pytest.raises(SettingsError, match="HOOKRELAY_LISTEN_DATABASE_URL") as info:
+        Settings.from_env({"DATABASE_URL": pooled, "HOOKRELAY_LISTEN_DATABASE_URL": "db:5432"})
+    with pytest.raises(SettingsError, match="DATABASE_URL is not"):
+        Settings.from_env({"HOOKRELAY_LISTEN_DATABASE_URL": direct})
+    assert "hunter2" not in str(info.value)
+
+
 def test_secrets_are_masked() -> None:
     s = Settings.from_env(
         {"DATABASE_URL": "postgresql://u:hunter2@db/x", "HOOKRELAY_ADMIN_TOKEN": "sekrit-token"}

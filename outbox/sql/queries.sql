@@ -16,6 +16,12 @@ CREATE TABLE IF NOT EXISTS schema_version (
     applied_at  timestamptz NOT NULL DEFAULT now()
 );
 
+-- name: backend_pid
+-- The process id of the server backend running this statement. A connection made
+-- straight to PostgreSQL was told the same id at start-up (BackendKeyData); through a
+-- pooler (PgBouncer, pgcat, Odyssey...) it was told the pooler's own made-up one.
+SELECT pg_backend_pid();
+
 -- name: schema_version_exists
 SELECT to_regclass('schema_version') IS NOT NULL;
 

@@ -25,7 +25,8 @@ drivers run on asyncpg, psycopg 3 or SQLAlchemy. One module per area:
 - :mod:`.drivers`      runs a plan on the caller's connection (asyncpg, psycopg 3, SQLAlchemy)
 
 and the connections and the schema: :mod:`.pool` (a pool that waits for the database),
-:mod:`.listener` (a LISTEN connection that comes back), :mod:`.migrations` with
+:mod:`.listener` (a LISTEN connection that comes back), :mod:`.poolers` (telling a
+connection pooler is in between), :mod:`.migrations` with
 :mod:`.migration_steps` (numbered migrations) and :mod:`.schema` (their lock and record).
 
 May import (pyproject.toml's layers) :mod:`hookrelay.outbox.sql` (nothing else does),
@@ -57,7 +58,7 @@ from hookrelay.outbox.store.changes import CHANGES_CHANNEL
 from hookrelay.outbox.store.events import OUTBOX_CHANNEL, TASKS_CHANNEL
 from hookrelay.outbox.store.listener import Listener
 from hookrelay.outbox.store.migrations import check_schema, migrate, migration_status
-from hookrelay.outbox.store.pool import TRANSIENT_ERRORS, create_pool
+from hookrelay.outbox.store.pool import TRANSIENT_ERRORS, create_pool, dsn_through_pooler
 from hookrelay.outbox.store.signals import parse_changes
 from hookrelay.outbox.store.tenants import KEYS_CHANNEL
 
@@ -71,6 +72,7 @@ __all__ = [
     "changes",
     "console",
     "create_pool",
+    "dsn_through_pooler",
     "deadletters",
     "delivery",
     "destinations",

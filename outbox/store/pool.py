@@ -1,4 +1,11 @@
-"""Connections: a pool that waits for the database, JSON codecs, the schema loader."""
+"""Connections: a pool that waits for the database, JSON codecs, the schema loader.
+
+Behind a transaction pooler (PgBouncer's ``pool_mode = transaction``) a pool runs
+without asyncpg's statement cache (``prepared_statements=False``, or ``None`` to
+find out with :func:`dsn_through_pooler`): asyncpg then prepares every statement
+unnamed, in the same round of messages that runs it, so no statement is looked up
+on a server connection the pooler has since given to someone else.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +28,7 @@ from tenacity import (
 
 from hookrelay.outbox.errors import DatabaseUnavailable
 from hookrelay.outbox.store.migrations import migrate
+from hookrelay.outbox.store.poolers import through_pooler
 
 log = logging.getLogger("hookrelay.db")
 T = TypeVar("T")
@@ -122,7 +130,8 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     UNLISTEN *; RESET ALL`` (a round trip, 14% of a busy API's time). Pooled
     connections here never hold session state: advisory locks are
     transaction-scoped, LISTEN uses dedicated connections and nothing calls
-    SET. asyncpg still rolls back any open transaction before this runs.
+    SET. asyncpg still rolls back any open transaction before this runs. The
+    same holds the pool to what a transaction pooler allows, which keeps no session.
     """
 
 
@@ -183,13 +192,27 @@ class Servers:
 
 
 async def create_pool(
-    dsn: str, *, min_size: int = 1, max_size: int = 10, wait_s: float = 30.0, **kwargs: Any
+    dsn: str,
+    *,
+    min_size: int = 1,
+    max_size: int = 10,
+    wait_s: float = 30.0,
+    prepared_statements: bool | None = True,
+    **kwargs: Any,
 ) -> asyncpg.Pool:
     """A pool, retrying the first connection for up to ``wait_s`` seconds.
 
+    ``prepared_statements``: asyncpg's statement cache (named prepared statements),
+    off for a transaction pooler; None asks the server first (:func:`dsn_through_pooler`).
     Raises :class:`DatabaseUnavailable` with the last error if it never answers.
     """
 
+    if prepared_statements is None:
+        prepared_statements = not await dsn_through_pooler(dsn, wait_s=wait_s)
+        if not prepared_statements:
+            log.debug("the database is reached through a connection pooler: no prepared statements")
+    if not prepared_statements:
+        kwargs = {"statement_cache_size": 0, **kwargs}
     servers = Servers(dsn)
     if servers.several:
         kwargs = {"connect": servers.connect, **kwargs}
@@ -208,17 +231,32 @@ async def create_pool(
     return await _with_retries(factory, wait_s)
 
 
-async def connect(dsn: str, *, wait_s: float = 30.0) -> asyncpg.Connection:
+async def connect(
+    dsn: str, *, wait_s: float = 30.0, prepared_statements: bool = True
+) -> asyncpg.Connection:
     """One dedicated connection (e.g. for LISTEN), with the same waiting rules."""
 
     servers = Servers(dsn)
+    options: dict[str, Any] = {"server_settings": SERVER_SETTINGS}
+    if not prepared_statements:
+        options["statement_cache_size"] = 0
 
     async def factory() -> asyncpg.Connection:
         if servers.several:
-            conn = await servers.connect(server_settings=SERVER_SETTINGS)
+            conn = await servers.connect(**options)
         else:
-            conn = await asyncpg.connect(dsn, server_settings=SERVER_SETTINGS)
+            conn = await asyncpg.connect(dsn, **options)
         await init_connection(conn)
         return conn
 
     return await _with_retries(factory, wait_s)
+
+
+async def dsn_through_pooler(dsn: str, *, wait_s: float = 30.0) -> bool:
+    """Whether ``dsn`` reaches PostgreSQL through a connection pooler such as PgBouncer
+    (:mod:`.poolers` says how it tells), asked on a connection of its own."""
+    conn = await connect(dsn, wait_s=wait_s, prepared_statements=False)
+    try:
+        return await through_pooler(conn)
+    finally:
+        await conn.close()

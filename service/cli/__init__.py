@@ -51,7 +51,12 @@ async def _dead_letters(settings: Settings, args: argparse.Namespace) -> int:
     # Needs neither the master key nor the admin token: only the database.
     dsn, server = open_dsn(absolute(settings), may_create=False)
     try:
-        pool = await create_pool(dsn, min_size=1, max_size=1, wait_s=settings.db_wait_s)
+        pool = await create_pool(
+            dsn,
+            max_size=1,
+            wait_s=settings.db_wait_s,
+            prepared_statements=True if server else settings.prepared_statements_choice(),
+        )
         try:
             async with pool.acquire() as conn:
                 return await deadletters_cli.run(conn, args)
@@ -65,8 +70,7 @@ async def _dead_letters(settings: Settings, args: argparse.Namespace) -> int:
 async def _tenants(runtime: Runtime, args: argparse.Namespace) -> int:
     if args.action == "create":
         await open_database(runtime)
-    s = runtime.settings
-    pool = await create_pool(runtime.dsn, min_size=1, max_size=1, wait_s=s.db_wait_s)
+    pool = await runtime.open_pool(max_size=1)
     try:
         async with pool.acquire() as conn:
             return await tenants_cli.run(conn, args, runtime)

@@ -16,7 +16,7 @@ from hookrelay.outbox.keys import (
     parse_master_key,
     rotate_master_key,
 )
-from hookrelay.outbox.store import create_pool, migration_status
+from hookrelay.outbox.store import migration_status
 from hookrelay.service.server.open_database import open_database
 from hookrelay.service.server.prerequisites import Runtime
 
@@ -43,7 +43,7 @@ async def run_migrate(runtime: Runtime, args: argparse.Namespace) -> None:
         # The privileged step: it applies what is missing whatever HOOKRELAY_MIGRATE says.
         await open_database(runtime, check_key=not runtime.master_key_generated, apply=True)
         return
-    pool = await create_pool(runtime.dsn, min_size=1, max_size=1, wait_s=runtime.settings.db_wait_s)
+    pool = await runtime.open_pool(max_size=1)
     try:
         async with pool.acquire() as conn:
             rows = await migration_status(conn)
@@ -79,7 +79,7 @@ async def run_rotate(runtime: Runtime) -> None:
     if new.key_id == old.key_id:
         raise ConfigurationError(f"{NEW_KEY_VAR} is the current key ({old.key_id})")
     await open_database(runtime)
-    pool = await create_pool(runtime.dsn, min_size=1, max_size=1, wait_s=runtime.settings.db_wait_s)
+    pool = await runtime.open_pool(max_size=1)
     try:
         async with pool.acquire() as conn:
             count = await rotate_master_key(conn, old, new)

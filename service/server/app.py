@@ -13,7 +13,6 @@ from starlette.middleware import Middleware
 from starlette.routing import Route
 
 from hookrelay.outbox.egress import Resolver
-from hookrelay.outbox.store import create_pool
 from hookrelay.outbox.tasks import GroupCommit
 from hookrelay.service import console, portal
 from hookrelay.service.api import openapi
@@ -61,16 +60,14 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         own = pool is None
-        app.state.pool = pool or await create_pool(
-            runtime.dsn, min_size=1, max_size=settings.db_pool_size, wait_s=settings.db_wait_s
-        )
+        app.state.pool = pool or await runtime.open_pool()
         # The API's writes, coalesced into one statement per burst (outbox.tasks.group_commit).
         app.state.writes = GroupCommit(app.state.pool, box=runtime.secret_box)
-        app.state.watcher = TaskWatcher(runtime.dsn)
+        app.state.watcher = TaskWatcher(runtime.listen_dsn)
         await app.state.watcher.start()
         await app.state.hub.start(app.state.pool)
         app.state.signals = signals = Signals(app.state.pool, app.state.hub, app.state.watcher)
-        app.state.key_revocations = keys = revocations(runtime.dsn, app.state.key_cache)
+        app.state.key_revocations = keys = revocations(runtime.listen_dsn, app.state.key_cache)
         await keys.start()
         try:
             async with contextlib.AsyncExitStack() as stack:
@@ -123,7 +120,7 @@ def create_app(
     app.state.key_cache = KeyCache()
     app.state.ops_throttle = SignInThrottle()
     # One per process: its LISTEN and reads serve every SSE and WebSocket stream.
-    app.state.hub = StreamHub(runtime.dsn, per_tenant=settings.streams_per_tenant)
+    app.state.hub = StreamHub(runtime.listen_dsn, per_tenant=settings.streams_per_tenant)
     app.state.secret_box = runtime.secret_box
     app.state.address_policy = settings.address_policy()
     # Submit-time lookups have their own resolver and deadline, apart from the

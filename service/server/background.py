@@ -21,7 +21,6 @@ import asyncpg
 
 from hookrelay.outbox.dispatch import AttemptLimits, Dispatcher, DispatcherConfig
 from hookrelay.outbox.egress import build_sender
-from hookrelay.outbox.store import create_pool
 from hookrelay.outbox.tasks import sweeping
 from hookrelay.service.api import tracing as api_tracing
 from hookrelay.service.live.wakeups import Signals
@@ -64,7 +63,9 @@ def make_dispatcher(runtime: Runtime, pool: asyncpg.Pool) -> Dispatcher:
         tls=s.tls_context(),
         proxy=s.egress_proxy_config(),
     )
-    return Dispatcher(pool, runtime.dsn, sender, runtime.secret_box, config, owns_sender=True)
+    return Dispatcher(
+        pool, runtime.listen_dsn, sender, runtime.secret_box, config, owns_sender=True
+    )
 
 
 class _DispatcherThread(threading.Thread):
@@ -87,10 +88,7 @@ class _DispatcherThread(threading.Thread):
             self.up.set()
 
     async def _main(self) -> None:
-        s = self._runtime.settings
-        pool = await create_pool(
-            self._runtime.dsn, min_size=1, max_size=s.db_pool_size, wait_s=s.db_wait_s
-        )
+        pool = await self._runtime.open_pool()
         try:
             self.dispatcher = make_dispatcher(self._runtime, pool)
             self.loop = asyncio.get_running_loop()

@@ -21,7 +21,7 @@ from hookrelay.outbox.keys import (
     parse_master_key,
     verify_or_record,
 )
-from hookrelay.outbox.store import check_schema, create_pool
+from hookrelay.outbox.store import check_schema, create_pool, dsn_through_pooler
 from hookrelay.service.server.prerequisites import Runtime
 
 log = logging.getLogger("hookrelay")
@@ -34,7 +34,19 @@ async def open_database(
     ``apply`` overrides), then verify (or first record) the master key."""
     if apply is None:
         apply = runtime.settings.migrate == "auto"
-    pool = await create_pool(runtime.dsn, min_size=1, max_size=1, wait_s=runtime.settings.db_wait_s)
+    await _note_pooler(runtime)
+    # Migrations go the direct way when there is one: a transaction pooler may cut a
+    # long transaction short (query_timeout, idle_transaction_timeout) or queue a
+    # schema change behind every client waiting for a server connection.
+    pool = await create_pool(
+        runtime.listen_dsn,
+        min_size=1,
+        max_size=1,
+        wait_s=runtime.settings.db_wait_s,
+        prepared_statements=(
+            True if runtime.listen_dsn != runtime.dsn else runtime.prepared_statements
+        ),
+    )
     try:
         async with pool.acquire() as conn:
             state, applied = await check_schema(conn, apply=apply)
@@ -59,6 +71,29 @@ async def open_database(
                 log.info("recorded master key id %s for this database", check.key_id)
     finally:
         await pool.close()
+
+
+async def _note_pooler(runtime: Runtime) -> None:
+    """Say once, at start, what a connection pooler on ``DATABASE_URL`` changes.
+
+    Detected as :func:`~hookrelay.outbox.store.dsn_through_pooler` tells (the pools ask
+    again for themselves under ``HOOKRELAY_PREPARED_STATEMENTS=auto``).
+    """
+    s = runtime.settings
+    if runtime.embedded or not await dsn_through_pooler(runtime.dsn, wait_s=s.db_wait_s):
+        return
+    prepared = runtime.prepared_statements
+    log.info(
+        "DATABASE_URL reaches PostgreSQL through a connection pooler: prepared statements %s",
+        "on (HOOKRELAY_PREPARED_STATEMENTS=on)" if prepared else "off",
+    )
+    if runtime.listen_dsn == runtime.dsn:
+        log.warning(
+            "LISTEN goes through that pooler too: a transaction pooler (PgBouncer's "
+            "pool_mode = transaction) loses every notification, so wake-ups wait for "
+            "the next poll; set HOOKRELAY_LISTEN_DATABASE_URL to a direct (or "
+            "session-pooled) connection"
+        )
 
 
 def _forget_generated_key(runtime: Runtime) -> None:

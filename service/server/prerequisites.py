@@ -14,8 +14,11 @@ import secrets
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import asyncpg
+
 from hookrelay.outbox.errors import ConfigurationError
 from hookrelay.outbox.keys import KEY_FILE, SecretBox, load_or_create_master_key, parse_master_key
+from hookrelay.outbox.store import create_pool
 from hookrelay.service.server import embedded
 from hookrelay.service.server.embedded import Embedded
 from hookrelay.service.server.settings import Settings
@@ -41,6 +44,31 @@ class Runtime:
 
     def __repr__(self) -> str:
         return f"Runtime(embedded={self.embedded}, settings={self.settings!r})"
+
+    @property
+    def listen_dsn(self) -> str:
+        """Where LISTEN and migrations connect: ``HOOKRELAY_LISTEN_DATABASE_URL``, a
+        direct connection beside a transaction pooler, else the database's DSN."""
+        return self.settings.listen_database_url or self.dsn
+
+    @property
+    def prepared_statements(self) -> bool | None:
+        """For the pools on :attr:`dsn`: True, False, or None (ask the server first)."""
+        if self.embedded and self.settings.prepared_statements == "auto":
+            return True  # our own server, reached directly
+        return self.settings.prepared_statements_choice()
+
+    async def open_pool(self, *, max_size: int | None = None) -> asyncpg.Pool:
+        """A pool on the database (``HOOKRELAY_DB_POOL_SIZE`` connections unless told),
+        with prepared statements as ``HOOKRELAY_PREPARED_STATEMENTS`` says."""
+        s = self.settings
+        return await create_pool(
+            self.dsn,
+            min_size=1,
+            max_size=max_size or s.db_pool_size,
+            wait_s=s.db_wait_s,
+            prepared_statements=self.prepared_statements,
+        )
 
     def admin_token_source(self) -> str:
         """Where the admin token comes from, for the start banner (never the token)."""

@@ -13,7 +13,6 @@ from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 
-from hookrelay.outbox.store import create_pool
 from hookrelay.outbox.tasks import sweeping
 from hookrelay.service.api.routes.metrics import ResponseCounter
 from hookrelay.service.server import dispatch_http, lifecycle, supervisor
@@ -211,9 +210,7 @@ async def dispatch(settings: Settings) -> None:
                 runtime = prepare(settings, may_create=False, needs_token=False)
                 await open_database(runtime)
             s = runtime.settings
-            pool = await create_pool(
-                runtime.dsn, min_size=1, max_size=s.db_pool_size, wait_s=s.db_wait_s
-            )
+            pool = await runtime.open_pool()
             try:
                 dispatcher = make_dispatcher(runtime, pool)
                 stopping.on_stop(dispatcher.stop)

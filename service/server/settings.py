@@ -79,14 +79,15 @@ Seconds = float  # every ``*_s`` setting; fractions allowed
 Port = Annotated[int, Meta(ge=1, le=65535)]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 MigrateMode = Literal["auto", "off"]
+PreparedStatements = Literal["auto", "on", "off"]
 
 
 def _mask_dsn(dsn: str | None) -> str | None:
     return None if dsn is None else re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", dsn)
 
 
-def _dsn_problems(dsn: str) -> list[str]:
-    """What is wrong with DATABASE_URL's form, named without its password."""
+def _dsn_problems(dsn: str, var: str = "DATABASE_URL") -> list[str]:
+    """What is wrong with the form of ``var`` (a DSN), named without its password."""
     shown = _mask_dsn(dsn)
     try:
         parts = urlsplit(dsn)
@@ -97,9 +98,9 @@ def _dsn_problems(dsn: str) -> list[str]:
             one = parts._replace(netloc=f"{userinfo}@{host}" if userinfo else host)
             one.port  # noqa: B018 - raises ValueError on a bad port
     except ValueError as exc:
-        return [f"DATABASE_URL={shown!r}: {exc}"]
+        return [f"{var}={shown!r}: {exc}"]
     if parts.scheme not in {"postgresql", "postgres"}:
-        return [f"DATABASE_URL={shown!r}: expected postgresql://user:password@host:port/database"]
+        return [f"{var}={shown!r}: expected postgresql://user:password@host:port/database"]
     return []
 
 
@@ -117,6 +118,27 @@ class Settings:
             shown="unset: an embedded PostgreSQL",
         ),
     ] = None
+    listen_database_url: Annotated[
+        str | None,
+        doc(
+            "a direct (or session-pooled) connection for LISTEN and for migrations, when "
+            "`DATABASE_URL` goes through a transaction pooler such as PgBouncer; setting it "
+            "apart from `DATABASE_URL` also turns prepared statements off unless "
+            "`HOOKRELAY_PREPARED_STATEMENTS=on` ([PgBouncer](../operations/deploy.md#pgbouncer))",
+            shown="unset: `DATABASE_URL`",
+        ),
+    ] = None
+    prepared_statements: Annotated[
+        PreparedStatements,
+        doc(
+            "asyncpg's named prepared statements on `DATABASE_URL`'s connections. `auto`: off "
+            "when a connection pooler is detected in between (the backend's process id differs "
+            "from the one announced at connect) or `HOOKRELAY_LISTEN_DATABASE_URL` is set "
+            "apart, else on; `off`: every statement unnamed, as a transaction pooler needs; "
+            "`on`: a session pooler, or PgBouncer 1.21+ with `max_prepared_statements` "
+            "([PgBouncer](../operations/deploy.md#pgbouncer))"
+        ),
+    ] = "auto"
     data_dir: Annotated[
         Path,
         doc(
@@ -428,7 +450,23 @@ class Settings:
             )
         if self.database_url is not None:
             problems.extend(_dsn_problems(self.database_url))
+        if self.listen_database_url is not None:
+            problems.extend(
+                _dsn_problems(self.listen_database_url, "HOOKRELAY_LISTEN_DATABASE_URL")
+            )
+            if self.database_url is None:
+                # The embedded server is reached directly: nothing to listen apart from.
+                problems.append("HOOKRELAY_LISTEN_DATABASE_URL is set but DATABASE_URL is not")
         return problems
+
+    def prepared_statements_choice(self) -> bool | None:
+        """``HOOKRELAY_PREPARED_STATEMENTS`` for the pool: True, False, or None (find out)."""
+        if self.prepared_statements != "auto":
+            return self.prepared_statements == "on"
+        listen = self.listen_database_url
+        if listen is not None and listen != self.database_url:
+            return False  # the operator says DATABASE_URL goes through a transaction pooler
+        return None
 
     def retention(self) -> Retention:
         return Retention(
@@ -462,7 +500,7 @@ class Settings:
             value = getattr(self, f.name)
             if f.name in SECRET_FIELDS and value is not None:
                 value = "***"
-            elif f.name == "database_url":
+            elif f.name in ("database_url", "listen_database_url"):
                 value = _mask_dsn(value)
             shown.append(f"{f.name}={value!r}")
         return f"Settings({', '.join(shown)})"

@@ -22,7 +22,6 @@ import socket
 import sys
 
 from hookrelay.outbox.errors import OutboxError
-from hookrelay.outbox.store import create_pool
 from hookrelay.outbox.tasks import sweeping
 from hookrelay.service.server import event_loop as serving
 from hookrelay.service.server import logs
@@ -87,7 +86,7 @@ async def _api(spec: WorkerSpec, stopping: Stopping) -> int:
 async def _dispatcher(spec: WorkerSpec, stopping: Stopping) -> int:
     runtime = spec.runtime()
     s = runtime.settings
-    pool = await create_pool(runtime.dsn, min_size=1, max_size=s.db_pool_size, wait_s=s.db_wait_s)
+    pool = await runtime.open_pool()
     try:
         dispatcher = make_dispatcher(runtime, pool)
         stopping.on_stop(dispatcher.stop)
