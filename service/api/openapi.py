@@ -82,6 +82,7 @@ TAGS: dict[str, str] = {
     "tenants": "Tenants and their credentials (admin)",
     "destinations": "Per-host delivery health (admin)",
     "operations": "Liveness, readiness, metrics and the operations console",
+    "portal": "The partner portal and the single-use links that open it",
     "documentation": "This document and its rendered pages",
 }
 
@@ -444,17 +445,20 @@ def spec() -> Schema:
                 )
             },
             "/portal": {
-                "get": {
-                    "summary": "The partner portal (HTML); opened with a portal link",
-                    "security": [],
-                    "responses": {"308": {"description": "to the portal's pages"}},
-                }
+                "get": _named(
+                    "getPortal",
+                    "portal",
+                    "The partner portal (HTML); opened with a portal link",
+                    security=[],
+                    responses={"308": {"description": "to the portal's pages"}},
+                )
             },
             "/v1/portal-links": {
                 "post": _op(
+                    "createPortalLink",
+                    "portal",
                     "A single-use link into the partner portal (15 minutes to open it)",
                     (201, shapes.PortalLink),
-                    op_id="createPortalLink",
                     body=shapes.PortalLinkBody,
                     body_required=False,
                     errors=(401, 403, 413, 415, 422),
@@ -462,6 +466,8 @@ def spec() -> Schema:
             },
             "/v1/admin/tenants/{tenant_id}/portal-links": {
                 "post": _op(
+                    "createTenantPortalLink",
+                    "portal",
                     "A single-use link into the partner portal for a tenant (admin)",
                     (201, shapes.PortalLink),
                     body=shapes.PortalLinkBody,
