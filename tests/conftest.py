@@ -67,6 +67,8 @@ LONGEST_FIRST = (
     "tests/test_packaging.py",
     "tests/test_listen.py",
     "tests/test_upgrade.py",
+    "tests/test_portal_browser.py",
+    "tests/test_pgbouncer.py",
     "tests/test_guard.py",
     "tests/test_schema_compat.py",
     "tests/test_readme.py",
