@@ -11,7 +11,7 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -98,13 +98,6 @@ async def test_start_says_what_the_pooler_changes(pgbouncer, dsn, runtime, caplo
     said = [r.getMessage() for r in caplog.records]
     assert any("pooler: prepared statements off" in m for m in said), said
     assert not any("HOOKRELAY_LISTEN_DATABASE_URL" in m for m in said), said
-
-
-@pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    rx = await Receiver().start()
-    yield rx
-    await rx.stop()
 
 
 @pytest.fixture

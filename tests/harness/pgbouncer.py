@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import SplitResult, parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
-from tests.harness.procs import free_port, wait_for_port
+from tests.harness.procs import ToolProcess, free_port, wait_for_port
 
 CONFIG = """\
 [databases]
@@ -37,7 +37,7 @@ server_lifetime = 3600
 """
 
 
-class PgBouncer:
+class PgBouncer(ToolProcess):
     """``pgbouncer`` on a free loopback port in front of ``dsn``'s server until :meth:`stop`.
 
     PgBouncer refuses to run as root: as root it is started with ``-u`` (:func:`_run_as`).
@@ -92,19 +92,6 @@ class PgBouncer:
         """User + system CPU seconds PgBouncer (one process) has used so far."""
         fields = Path(f"/proc/{self._proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def logged(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
-
-    def stop(self) -> None:
-        if self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-        shutil.rmtree(self._dir, ignore_errors=True)
 
 
 def _server_address(dsn: SplitResult) -> tuple[str, int]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
@@ -100,3 +101,25 @@ def peak_rss_mb(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+class ToolProcess:
+    """A server program a test runs beside hookrelay (a proxy, a pooler): the process,
+    the folder it was given and its log, which :meth:`stop` removes with it."""
+
+    _proc: subprocess.Popen[bytes]
+    _dir: Path
+    log: Path
+
+    def logged(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def stop(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        shutil.rmtree(self._dir, ignore_errors=True)

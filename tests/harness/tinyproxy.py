@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from tests.harness.procs import free_port, wait_for_port
+from tests.harness.procs import ToolProcess, free_port, wait_for_port
 
 CONFIG = """\
 Port {port}
@@ -26,7 +26,7 @@ DisableViaHeader Yes
 """
 
 
-class Tinyproxy:
+class Tinyproxy(ToolProcess):
     """``tinyproxy -d`` on a free loopback port until :meth:`stop`."""
 
     def __init__(self, binary: str) -> None:
@@ -49,19 +49,6 @@ class Tinyproxy:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
-
-    def logged(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
-
-    def stop(self) -> None:
-        if self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-        shutil.rmtree(self._dir, ignore_errors=True)
 
 
 def tinyproxy_binary() -> str | None:
