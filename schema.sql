@@ -145,7 +145,12 @@ CREATE TABLE IF NOT EXISTS outbox (
     -- Leases in a row that ran out with no outcome written (0016): a claim taking
     -- over a row still under a token adds one, a recorded outcome resets it; at the
     -- dispatcher's limit the event is dead-lettered rather than sent again.
-    lost_leases      integer NOT NULL DEFAULT 0
+    lost_leases      integer NOT NULL DEFAULT 0,
+    -- Ordered delivery (0024): the task's orderingKey and the row's place in the key's
+    -- queue, in commit order. Only the key's head is due; the rest wait parked at
+    -- next_attempt_at 'infinity' until the head leaves (delivered or dead).
+    ordering_key     text,
+    ordering_seq     bigint
 );
 -- A row is due when its schedule has come and any lease on it has run out.
 -- Lanes (0006): a lane is one tenant's events to one host. This index keeps
@@ -204,7 +209,9 @@ CREATE TABLE IF NOT EXISTS dead_letters (
     last_status_code integer,
     replayed_at      timestamptz,
     replayed_by      text,
-    replay_count     integer NOT NULL DEFAULT 0
+    replay_count     integer NOT NULL DEFAULT 0,
+    -- The event's orderingKey (0024): the key's later webhooks went on without it.
+    ordering_key     text
 );
 CREATE INDEX IF NOT EXISTS dead_letters_live ON dead_letters (failed_at, event_id)
     WHERE replayed_at IS NULL;
@@ -624,3 +631,27 @@ CREATE TABLE IF NOT EXISTS portal_links (
 );
 CREATE INDEX IF NOT EXISTS portal_links_expiry ON portal_links (expires_at);
 CREATE INDEX IF NOT EXISTS portal_links_tenant ON portal_links (tenant_id);
+
+-- Ordered delivery per key (0024). A task's orderingKey, in a table of its own so that
+-- no plan an older release caches on tasks changes shape.
+CREATE TABLE IF NOT EXISTS task_ordering_keys (
+    task_id       text PRIMARY KEY REFERENCES tasks (id) ON DELETE CASCADE,
+    tenant_id     text NOT NULL,
+    ordering_key  text NOT NULL
+);
+-- One row per key: last_seq hands out the places in the key's queue and pending counts
+-- its rows in the outbox. A writer of a keyed event holds this row's lock until it
+-- commits, so places follow commit order, and parks its row unless pending was 0.
+CREATE TABLE IF NOT EXISTS ordering_keys (
+    tenant_id     text NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+    ordering_key  text NOT NULL,
+    last_seq      bigint NOT NULL DEFAULT 0,
+    pending       integer NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant_id, ordering_key)
+);
+-- The sweep (release_stuck_keys) reads only keys with rows waiting.
+CREATE INDEX IF NOT EXISTS ordering_keys_pending ON ordering_keys (tenant_id, ordering_key)
+    WHERE pending > 0;
+-- A key's rows in queue order: the next one after the head, found in one probe.
+CREATE INDEX IF NOT EXISTS outbox_ordering ON outbox (tenant_id, ordering_key, ordering_seq)
+    WHERE ordering_key IS NOT NULL;

@@ -106,6 +106,13 @@ class TaskData(msgspec.Struct, rename="camel"):
             description="the names of the callback headers each attempt sends (values never shown)"
         ),
     ]
+    ordering_key: Annotated[
+        str | None,
+        Meta(
+            description="webhooks of the tenant's tasks with this key are delivered one at a "
+            "time, in the order their events commit"
+        ),
+    ]
 
 
 class DeliverySummary(msgspec.Struct, rename="camel"):
@@ -140,6 +147,10 @@ class AttemptResource(msgspec.Struct, rename="camel"):
     response_prefix: str | None
 
 
+# Task fields read from tables of their own, which not every statement joins.
+_JOINED = ("callback_header_names", "ordering_key")
+
+
 @dataclass(frozen=True, slots=True)
 class Task:
     id: TaskId
@@ -171,13 +182,15 @@ class Task:
     on_timeout: Any = None  # {result?, error?} written onto the task if it times out
     # The names of its callback headers (their values are sealed, never loaded here).
     callback_header_names: list[str] | None = None
+    ordering_key: str | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Task:
-        values = {name: row[name] for name in cls.__slots__ if name != "callback_header_names"}
-        # Read from callback_headers (0019) by the statements that show a task; the
-        # sweeper's and ops' own reads of a task leave it out.
-        return cls(**values, callback_header_names=row.get("callback_header_names"))
+        values = {name: row[name] for name in cls.__slots__ if name not in _JOINED}
+        # Read from callback_headers (0019) and task_ordering_keys (0024) by the
+        # statements that show a task; the sweeper's and ops' own reads leave them out.
+        joined: dict[str, Any] = {name: row.get(name) for name in _JOINED}
+        return cls(**values, **joined)
 
     @property
     def terminal(self) -> bool:
@@ -229,6 +242,7 @@ class Task:
             "progress": self.progress,
             "version": self.version,
             "callback_headers": list(self.callback_header_names or ()),
+            "ordering_key": self.ordering_key,
         }
 
     def to_resource(self) -> dict[str, Any]:

@@ -92,6 +92,8 @@ class Task:
     delivery: Delivery | None = None
     # The names of its callback headers (the server never shows their values).
     callback_headers: tuple[str, ...] = ()
+    # Webhooks of the tenant's tasks with this key go one at a time, in commit order.
+    ordering_key: str | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Task:
@@ -113,6 +115,7 @@ class Task:
             progress=Progress.from_json(progress) if progress else None,
             delivery=Delivery.from_json(delivery) if delivery else None,
             callback_headers=tuple(data.get("callbackHeaders") or ()),
+            ordering_key=data.get("orderingKey"),
         )
 
     @property

@@ -82,6 +82,10 @@ UNDECRYPTABLE_HEADERS = "cannot decrypt the task's callback headers (corrupted d
 # After a failed claim: short, since the database usually comes back in moments
 # and a long poll interval must not become the outage's recovery time.
 CLAIM_RETRY_S = 0.5
+# How often a dispatcher sweeps the ordering keys for one whose events all wait
+# parked behind none (store.delivery.release_stuck_keys): only an event taken out of
+# the outbox by a process of an earlier release, or by hand, leaves one so.
+KEY_SWEEP_S = 30.0
 # How many host caps' worth of a busy lane's rows may wait ahead of a free slot.
 # Deeper, the claims are fewer and larger: one host at defaults, dispatcher CPU
 # per delivery 98 µs at twice the cap, 94 µs at four times (alternating drains).
@@ -146,7 +150,11 @@ class Dispatcher:
         self.keyring = Keyring(secret_box)
         self.counters: Counter[str] = Counter()
         self.recorder = Recorder(
-            pool, self.counters, batch_size=config.batch_size, breaker=config.breaker
+            pool,
+            self.counters,
+            batch_size=config.batch_size,
+            breaker=config.breaker,
+            on_handed=self._look,
         )
         self._loop: asyncio.AbstractEventLoop  # set when run() starts
         self._wake = asyncio.Event()
@@ -164,6 +172,7 @@ class Dispatcher:
         self._freed = 0
         self._looked = True  # something may be due that no completion will reveal
         self._next_probe_check = 0.0
+        self._next_key_sweep = 0.0
         self._faults = FaultReporter(self.counters)
         self._lanes: list[DueLane] = []  # the last look at the due lanes, less what was taken
         # Rows leased ahead of a free slot (dispatch.claim_ahead): up to AHEAD_CAPS times a
@@ -287,6 +296,12 @@ class Dispatcher:
         lease_s, owner, token = self.config.lease_s, self.config.owner, uuid.uuid4()
         async with self.pool.acquire() as conn:
             rows: list[ClaimedEvent] = []
+            if time.monotonic() >= self._next_key_sweep:
+                self._next_key_sweep = time.monotonic() + KEY_SWEEP_S
+                if freed := await delivery.release_stuck_keys(conn):
+                    log.warning("released %d ordering keys stuck behind no event", len(freed))
+                    self.counters["keys_unstuck"] += len(freed)
+                    look = True
             # One probe for each host whose open circuit is due one; looked for
             # once per poll interval, not on every claim of a busy dispatcher.
             if time.monotonic() >= self._next_probe_check:
@@ -464,7 +479,10 @@ class Dispatcher:
         returns (probes, rows) left to send."""
         why = {e.id: reason for e in rows if (reason := self._unsendable(e)) is not None}
         try:
-            done = await delivery.abandon_leases(conn, rows=list(why.items()), token=rows[0].token)
+            keys = {key for e in rows if e.id in why and (key := e.key) is not None}
+            done = await delivery.abandon_leases(
+                conn, rows=list(why.items()), token=rows[0].token, keys=keys
+            )
         except Exception:
             # Not sent either way: their leases run out and the next claim tries again.
             log.exception("could not dead-letter %d events not to be sent", len(why))

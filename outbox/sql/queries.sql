@@ -170,8 +170,8 @@ SELECT t.signature_scheme, s.scheme, s.public_key, s.created_at, s.expires_at
 -- (hookrelay.outbox.destinations; NULL: none kept), $11 the sealed callback headers
 -- and $12 their names joined by commas (HTTP header names hold none), $13 and $14
 -- an Idempotency-Key and its request hash, $15 and $16 the submitter's W3C trace
--- context (traceparent, tracestate; checked by the caller). NULL where a submit has
--- none of a thing.
+-- context (traceparent, tracestate; checked by the caller), $17 its orderingKey. NULL
+-- where a submit has none of a thing.
 -- A keyed submit takes its key's advisory lock for the rest of the transaction, as
 -- every writer of a key does; one held elsewhere (a submit with the same key still
 -- in its transaction) makes that submit "in flight" and writes nothing for it. A key
@@ -183,10 +183,11 @@ WITH n AS MATERIALIZED (
     SELECT *
       FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
                   $7::float8[], $8::float8[], $9::text[], $10::text[], $11::bytea[],
-                  $12::text[], $13::text[], $14::bytea[], $15::text[], $16::text[])
+                  $12::text[], $13::text[], $14::bytea[], $15::text[], $16::text[],
+                  $17::text[])
         AS n(id, tenant_id, type, input, callback_url, metadata, timeout_s,
              heartbeat_timeout_s, on_timeout, host, sealed, header_names, idem_key,
-             idem_hash, traceparent, tracestate)
+             idem_hash, traceparent, tracestate, ordering_key)
 ), locked AS MATERIALIZED (
     -- MATERIALIZED: each key's lock is tried exactly once.
     SELECT n.id, pg_try_advisory_xact_lock(hashtextextended(n.tenant_id || ':' || n.idem_key, 42))
@@ -231,9 +232,16 @@ WITH n AS MATERIALIZED (
     SELECT n.id, n.traceparent, n.tracestate
       FROM n JOIN task ON task.id = n.id
      WHERE n.traceparent IS NOT NULL
+), ordered AS (
+    -- Only a submit with an orderingKey writes a key row (0024), read back by
+    -- _finish when its task's terminal event is queued.
+    INSERT INTO task_ordering_keys (task_id, tenant_id, ordering_key)
+    SELECT n.id, n.tenant_id, n.ordering_key
+      FROM n JOIN task ON task.id = n.id
+     WHERE n.ordering_key IS NOT NULL
 )
 SELECT n.id AS submitted, l.got IS FALSE AS in_flight, task.*,
-       string_to_array(n.header_names, ',') AS callback_header_names
+       string_to_array(n.header_names, ',') AS callback_header_names, n.ordering_key
   FROM n
   LEFT JOIN locked l ON l.id = n.id
   LEFT JOIN task ON task.id = n.id;
@@ -250,7 +258,8 @@ last_attempt_at, last_status_code, last_error, next_attempt_at, delivered_at,
 progress::text AS progress, heartbeat_timeout_s, heartbeat_at, heartbeat_due_at,
 on_timeout::text AS on_timeout,
 -- (id unqualified: the one table or CTE each statement reads the task from)
-(SELECT h.names FROM callback_headers h WHERE h.task_id = id) AS callback_header_names
+(SELECT h.names FROM callback_headers h WHERE h.task_id = id) AS callback_header_names,
+(SELECT k.ordering_key FROM task_ordering_keys k WHERE k.task_id = id) AS ordering_key
 
 -- name: get_task
 -- $2 NULL means "any tenant" (executor and ops); partners always pass theirs.
@@ -263,7 +272,8 @@ SELECT {{_task_as_text}} FROM tasks WHERE id = $1 AND ($2::text IS NULL OR tenan
 -- reader that moved its cursor past those would never see them. So the page
 -- stops at the horizon: the start of the oldest transaction still open in
 -- this database. Everything before it is final; the rest shows up next poll.
-SELECT t.*, (SELECT h.names FROM callback_headers h WHERE h.task_id = t.id) AS callback_header_names
+SELECT t.*, (SELECT h.names FROM callback_headers h WHERE h.task_id = t.id) AS callback_header_names,
+       (SELECT k.ordering_key FROM task_ordering_keys k WHERE k.task_id = t.id) AS ordering_key
   FROM tasks t
  WHERE tenant_id = $1
    AND ($2::text IS NULL OR status = $2)
@@ -361,7 +371,39 @@ SELECT {{_task_as_text}} FROM t;
     || ',"callbackHeaders":' || COALESCE(
            (SELECT to_jsonb(h.names)::text FROM callback_headers h WHERE h.task_id = t.id),
            '[]')
+    -- Its orderingKey (0024), or null.
+    || ',"orderingKey":' || COALESCE(
+           (SELECT to_json(k.ordering_key)::text FROM task_ordering_keys k WHERE k.task_id = t.id),
+           'null')
     || '}}'
+
+-- name: _place_in_keys
+-- Ordered delivery (0024): each keyed event's place in its key's queue, for the rows
+-- of the CTE `keyed` (ord; tenant_id and ordering_key; pos, its place among this
+-- statement's events of the key; n, how many those are). The key's row in
+-- ordering_keys hands out n places after its last one and counts them pending. Its
+-- row lock, taken here and held until commit, makes a later writer of the key wait:
+-- places follow commit order. ON CONFLICT reads the key's row as last committed,
+-- past this statement's snapshot, so what a writer committed while this one waited
+-- is counted. An event is parked (next_attempt_at 'infinity', out of every claim's
+-- way) unless it is the only one of its key waiting; the outcome that takes the one
+-- before it out of the outbox makes it due (record_outcomes). Keys are written in
+-- order, so two writers of the same keys cannot deadlock.
+sequenced AS (
+    INSERT INTO ordering_keys AS o (tenant_id, ordering_key, last_seq, pending)
+    SELECT k.tenant_id, k.ordering_key, max(k.n), max(k.n)::int
+      FROM keyed k
+     GROUP BY k.tenant_id, k.ordering_key
+     ORDER BY k.tenant_id, k.ordering_key
+    ON CONFLICT (tenant_id, ordering_key) DO UPDATE
+       SET last_seq = o.last_seq + EXCLUDED.last_seq, pending = o.pending + EXCLUDED.pending
+    RETURNING o.tenant_id, o.ordering_key, o.last_seq, o.pending
+), placed AS (
+    SELECT k.ord, k.ordering_key, s.last_seq - k.n + k.pos AS seq,
+           s.pending - k.n + k.pos > 1 AS parked
+      FROM keyed k
+      JOIN sequenced s ON s.tenant_id = k.tenant_id AND s.ordering_key = k.ordering_key
+)
 
 -- name: _finish
 -- A transition of each row n and, when terminal (n.event_id its new event id), its
@@ -381,11 +423,22 @@ t AS (
     INSERT INTO events (event_id, tenant_id, task_id, event_type, body)
     SELECT t.event_id, t.tenant_id, t.id, 'task.' || t.status, {{_event_body}}
       FROM t JOIN n ON n.ord = t.ord WHERE n.event_id IS NOT NULL
-), queued AS (
-    INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host)
-    SELECT t.event_id, t.tenant_id, t.id, 'task.' || t.status, t.callback_url, h.host
+), keyed AS (
+    -- The terminal events of tasks submitted with an orderingKey (0024), numbered
+    -- within their key in the order of n: the statement commits them as one, in it.
+    SELECT t.ord, t.tenant_id, k.ordering_key,
+           row_number() OVER (PARTITION BY t.tenant_id, k.ordering_key ORDER BY t.ord) AS pos,
+           count(*) OVER (PARTITION BY t.tenant_id, k.ordering_key) AS n
+      FROM t JOIN n ON n.ord = t.ord JOIN task_ordering_keys k ON k.task_id = t.id
+     WHERE n.event_id IS NOT NULL
+), {{_place_in_keys}}, queued AS (
+    INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host,
+                        ordering_key, ordering_seq, next_attempt_at)
+    SELECT t.event_id, t.tenant_id, t.id, 'task.' || t.status, t.callback_url, h.host,
+           p.ordering_key, p.seq, CASE WHEN p.parked THEN 'infinity' ELSE now() END
       FROM t JOIN n ON n.ord = t.ord
       JOIN destination_keys h ON h.origin = url_origin(t.callback_url)
+      LEFT JOIN placed p ON p.ord = t.ord
      WHERE n.event_id IS NOT NULL
 )
 
@@ -412,12 +465,29 @@ WITH given AS MATERIALIZED (
       FROM unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
                   $7::text[], $8::text[])
         AS g(ord, id, status, result, error, event_id, allowed, tenant_id)
+), free_keys AS MATERIALIZED (
+    -- The ordering keys (0024) of the batch's terminal transitions that no other
+    -- transaction holds, locked for this one. SKIP LOCKED, as for the tasks below.
+    SELECT o.tenant_id, o.ordering_key
+      FROM ordering_keys o
+     WHERE (o.tenant_id, o.ordering_key) IN (
+               SELECT k.tenant_id, k.ordering_key
+                 FROM given g JOIN task_ordering_keys k ON k.task_id = g.id
+                WHERE g.event_id IS NOT NULL)
+       FOR UPDATE SKIP LOCKED
 ), n AS MATERIALIZED (
     -- SKIP LOCKED: a task another transaction holds (an executor completing it inside
     -- its own transaction, the sweeper timing it out) is left out rather than waited
     -- for, which would hold up every write of the batch; the caller writes it alone.
     SELECT g.* FROM given g
      WHERE g.id IN (SELECT id FROM tasks WHERE id = ANY($2::text[]) FOR UPDATE SKIP LOCKED)
+       -- So is a terminal transition whose task's ordering key another transaction
+       -- holds (0024: it is queueing an event of that key, and holds it to commit).
+       AND NOT EXISTS (
+           SELECT FROM task_ordering_keys k
+             JOIN ordering_keys o ON o.tenant_id = k.tenant_id AND o.ordering_key = k.ordering_key
+            WHERE k.task_id = g.id AND g.event_id IS NOT NULL
+              AND (o.tenant_id, o.ordering_key) NOT IN (SELECT * FROM free_keys))
 ), {{_finish}}
 SELECT t.ord, {{_task_as_text}} FROM t;
 
@@ -503,7 +573,8 @@ SELECT pg_try_advisory_xact_lock(hashtextextended($1 || ':' || $2, 42));
 -- name: idempotency_get
 -- The key's request hash and its task, in one read (the key's row goes with its
 -- task, ON DELETE CASCADE, so the task is there).
-SELECT k.request_hash, t.*, (SELECT h.names FROM callback_headers h WHERE h.task_id = t.id) AS callback_header_names
+SELECT k.request_hash, t.*, (SELECT h.names FROM callback_headers h WHERE h.task_id = t.id) AS callback_header_names,
+       (SELECT k.ordering_key FROM task_ordering_keys k WHERE k.task_id = t.id) AS ordering_key
   FROM idempotency_keys k JOIN tasks t ON t.id = k.task_id
  WHERE k.tenant_id = $1 AND k.key = $2;
 
@@ -598,17 +669,22 @@ RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url
           -- The task's trace context (0022), sent on with the attempt: NULL for a
           -- test event, or a task submitted without one.
           (SELECT ARRAY[tt.traceparent, tt.tracestate] FROM task_traces tt
-            WHERE tt.task_id = o.task_id);
+            WHERE tt.task_id = o.task_id),
+          -- Its orderingKey (0024): its outcome, delivered or dead, hands the key on.
+          o.ordering_key;
 
 -- name: claim_probe
 -- The single row a granted probe sends to host $1 (take_probes made its circuit
 -- half-open for this dispatcher alone): any row not leased right now, whether
--- due or held, in index order so the read stops at the first one.
+-- due or held (but not parked behind its ordering key), in index order so the read
+-- stops at the first one.
 -- FOR UPDATE SKIP LOCKED: a row another dispatcher is claiming is passed over.
 WITH probe AS (
     SELECT o.id
       FROM outbox o
      WHERE o.host = $1 AND (o.leased_until IS NULL OR o.leased_until <= now())
+       -- never one waiting behind an earlier event of its ordering key (0024)
+       AND o.next_attempt_at <> 'infinity'
      ORDER BY o.host, o.tenant_id, o.next_attempt_at
      LIMIT 1
        FOR UPDATE SKIP LOCKED
@@ -634,7 +710,9 @@ RETURNING o.id, o.event_id, o.tenant_id, o.task_id, o.event_type, o.callback_url
           -- The task's trace context (0022), sent on with the attempt: NULL for a
           -- test event, or a task submitted without one.
           (SELECT ARRAY[tt.traceparent, tt.tracestate] FROM task_traces tt
-            WHERE tt.task_id = o.task_id);
+            WHERE tt.task_id = o.task_id),
+          -- Its orderingKey (0024): its outcome, delivered or dead, hands the key on.
+          o.ordering_key;
 
 -- name: take_host_tokens
 -- HOOKRELAY_PER_HOST_RATE, shared by every dispatcher of the database: for each
@@ -734,6 +812,39 @@ UPDATE outbox
    SET leased_until = NULL, lease_token = NULL, lease_owner = NULL
  WHERE id = ANY($1::bigint[]) AND lease_token = $2;
 
+-- name: _hand_on_keys
+-- Ordered delivery (0024): the events of the CTE `gone` (tenant_id, ordering_key) left
+-- the outbox in this statement, delivered or dead; each keyed one hands its key on.
+-- Its key counts one fewer event waiting, and the next in the key's queue (parked
+-- behind it) is due now. The caller took the keys' rows first (lock_ordering_keys, in
+-- the same transaction, before this statement's snapshot): every event of the key
+-- committed before is seen here, and a writer of the key that commits after sees
+-- this one gone from pending. Rows of `input` are left to the statement's other CTEs,
+-- as a row may be changed only once per statement (and those are leaving).
+left_keys AS (
+    SELECT g.tenant_id, g.ordering_key, count(*)::int AS n
+      FROM gone g
+     WHERE g.ordering_key IS NOT NULL
+     GROUP BY g.tenant_id, g.ordering_key
+),
+handed AS (
+    UPDATE ordering_keys k
+       SET pending = greatest(k.pending - l.n, 0)
+      FROM left_keys l
+     WHERE k.tenant_id = l.tenant_id AND k.ordering_key = l.ordering_key
+),
+next_up AS (
+    UPDATE outbox o
+       SET next_attempt_at = now()
+     WHERE o.id IN (SELECT (SELECT p.id FROM outbox p
+                             WHERE p.tenant_id = l.tenant_id AND p.ordering_key = l.ordering_key
+                               AND p.id NOT IN (SELECT id FROM input)
+                             ORDER BY p.ordering_seq
+                             LIMIT 1)
+                      FROM left_keys l)
+       AND o.next_attempt_at = 'infinity'
+)
+
 -- name: record_outcomes
 -- One statement, one round trip, for a whole batch of attempt outcomes.
 -- Every write is fenced on (id, lease_token): a dispatcher whose lease ran out
@@ -750,7 +861,8 @@ WITH input AS (
 delivered AS (
     DELETE FROM outbox o USING input i
      WHERE o.id = i.id AND o.lease_token = i.token AND i.outcome = 'delivered'
-    RETURNING o.id, o.event_id, o.task_id, o.tenant_id, o.host, o.attempts + 1 AS number
+    RETURNING o.id, o.event_id, o.task_id, o.tenant_id, o.host, o.attempts + 1 AS number,
+              o.ordering_key
 ),
 retried AS (
     UPDATE outbox o
@@ -771,16 +883,21 @@ dead AS (
 ),
 buried AS (
     INSERT INTO dead_letters AS d (event_id, tenant_id, task_id, event_type, callback_url, host,
-                                   body, created_at, attempts, last_error, last_status_code)
+                                   body, created_at, attempts, last_error, last_status_code,
+                                   ordering_key)
     SELECT x.event_id, x.tenant_id, x.task_id, x.event_type, x.callback_url, x.host, e.body,
-           x.created_at, x.attempts + 1, i.error, i.status_code
+           x.created_at, x.attempts + 1, i.error, i.status_code, x.ordering_key
       FROM dead x JOIN input i ON i.id = x.id JOIN events e ON e.event_id = x.event_id
     ON CONFLICT (event_id) DO UPDATE
        SET failed_at = now(), attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error,
            last_status_code = EXCLUDED.last_status_code, callback_url = EXCLUDED.callback_url,
-           host = EXCLUDED.host,
+           host = EXCLUDED.host, ordering_key = EXCLUDED.ordering_key,
            replayed_at = NULL, replayed_by = NULL
 ),
+gone AS (
+    SELECT tenant_id, ordering_key FROM delivered
+    UNION ALL SELECT tenant_id, ordering_key FROM dead
+), {{_hand_on_keys}},
 fenced AS (
     SELECT id, event_id, task_id, tenant_id, host, number FROM delivered
     UNION ALL SELECT id, event_id, task_id, tenant_id, host, number FROM retried
@@ -865,6 +982,63 @@ summary AS (
 )
 SELECT f.id FROM fenced f;
 
+-- name: lock_ordering_keys
+-- Ordered delivery (0024): the rows of keys ($1 tenants, $2 keys) whose events an
+-- outcome write is about to take out of the outbox, locked until the caller's
+-- transaction ends, before the write takes its snapshot (_hand_on_keys says why).
+-- In key order, as every writer of keys takes them: no deadlock.
+SELECT FROM ordering_keys
+ WHERE (tenant_id, ordering_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))
+ ORDER BY tenant_id, ordering_key
+   FOR UPDATE;
+
+-- name: lock_stuck_keys
+-- The dispatchers' sweep of ordering keys (0024), step 1: up to $1 keys with events
+-- waiting and none of them due or in flight. An event that left the outbox without
+-- handing its key on (taken out by a process of an earlier release, or by hand)
+-- leaves its followers parked; so does a pending count left too high by a replay
+-- racing another. FOR UPDATE SKIP LOCKED: a key being written or handed on right
+-- now is passed over, and the lock keeps it still for step 2.
+SELECT k.tenant_id, k.ordering_key
+  FROM ordering_keys k
+ WHERE k.pending > 0
+   AND NOT EXISTS (SELECT 1 FROM outbox o
+                    WHERE o.tenant_id = k.tenant_id AND o.ordering_key = k.ordering_key
+                      AND o.next_attempt_at <> 'infinity')
+ LIMIT $1
+   FOR UPDATE SKIP LOCKED;
+
+-- name: release_stuck_keys
+-- The sweep, step 2, in the same transaction and a snapshot taken after step 1's
+-- locks, so it sees every event of keys ($1 tenants, $2 keys) committed: of the keys
+-- still stuck, the pending count is set to the events waiting and the first of them
+-- is made due. Returns the events made due.
+WITH k AS (
+    SELECT * FROM unnest($1::text[], $2::text[]) AS k(tenant_id, ordering_key)
+),
+stuck AS (
+    SELECT k.tenant_id, k.ordering_key
+      FROM k
+     WHERE NOT EXISTS (SELECT 1 FROM outbox o
+                        WHERE o.tenant_id = k.tenant_id AND o.ordering_key = k.ordering_key
+                          AND o.next_attempt_at <> 'infinity')
+),
+recounted AS (
+    UPDATE ordering_keys x
+       SET pending = (SELECT count(*) FROM outbox o
+                       WHERE o.tenant_id = x.tenant_id AND o.ordering_key = x.ordering_key)
+      FROM stuck s
+     WHERE x.tenant_id = s.tenant_id AND x.ordering_key = s.ordering_key
+)
+UPDATE outbox o
+   SET next_attempt_at = now()
+ WHERE o.id IN (SELECT (SELECT p.id FROM outbox p
+                         WHERE p.tenant_id = s.tenant_id AND p.ordering_key = s.ordering_key
+                         ORDER BY p.ordering_seq
+                         LIMIT 1)
+                  FROM stuck s)
+RETURNING o.event_id;
+
 -- name: ping
 -- Readiness: the cheapest statement that proves a working connection, and whether
 -- the server takes writes (false on a standby, or with default_transaction_read_only).
@@ -920,7 +1094,8 @@ SELECT count(*) FILTER (WHERE heartbeat_at < now() - make_interval(secs => $1)) 
  WHERE status = 'running';
 
 -- name: lock_task
-SELECT t.*, (SELECT h.names FROM callback_headers h WHERE h.task_id = t.id) AS callback_header_names
+SELECT t.*, (SELECT h.names FROM callback_headers h WHERE h.task_id = t.id) AS callback_header_names,
+       (SELECT k.ordering_key FROM task_ordering_keys k WHERE k.task_id = t.id) AS ordering_key
   FROM tasks t WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2) FOR UPDATE OF t;
 
 -- name: requeue_events
@@ -934,22 +1109,34 @@ SELECT t.*, (SELECT h.names FROM callback_headers h WHERE h.task_id = t.id) AS c
 -- and their tasks' delivery summaries go back to pending. Shared by redelivery
 -- and dead-letter replay, so both put an event back the same way.
 WITH input AS (
-    SELECT *
+    SELECT i.*, row_number() OVER () AS ord
       FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
                   $7::text[])
         AS i(event_id, tenant_id, task_id, event_type, callback_url, host, body)
 ),
+keyed AS (
+    -- Ordered delivery (0024): the event of a task with an orderingKey goes to the end
+    -- of its key's queue, as if committed now, behind the key's events waiting. An
+    -- event still waiting is left out, as ON CONFLICT below leaves it.
+    SELECT i.ord, i.tenant_id, k.ordering_key,
+           row_number() OVER (PARTITION BY i.tenant_id, k.ordering_key ORDER BY i.ord) AS pos,
+           count(*) OVER (PARTITION BY i.tenant_id, k.ordering_key) AS n
+      FROM input i JOIN task_ordering_keys k ON k.task_id = i.task_id
+     WHERE NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = i.event_id)
+), {{_place_in_keys}},
 stored AS (
     INSERT INTO events (event_id, tenant_id, task_id, event_type, body)
     SELECT i.event_id, i.tenant_id, i.task_id, i.event_type, i.body FROM input i
     ON CONFLICT (event_id) DO NOTHING
 ),
 queued AS (
-    INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host, attempts)
+    INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host, attempts,
+                        ordering_key, ordering_seq, next_attempt_at)
     SELECT i.event_id, i.tenant_id, i.task_id, i.event_type, i.callback_url, i.host,
            COALESCE((SELECT max(a.number) FROM delivery_attempts a
-                      WHERE a.event_id = i.event_id), 0)
-      FROM input i
+                      WHERE a.event_id = i.event_id), 0),
+           p.ordering_key, p.seq, CASE WHEN p.parked THEN 'infinity' ELSE now() END
+      FROM input i LEFT JOIN placed p ON p.ord = i.ord
     ON CONFLICT (event_id) DO NOTHING
     RETURNING event_id, task_id
 ),
@@ -1032,7 +1219,8 @@ replayed_at IS NULL
 -- name: list_dead_letters
 -- Keyset on (failed_at, event_id) after the cursor ($8, $9); $10 = page size.
 SELECT event_id, tenant_id, task_id, event_type, callback_url, created_at, failed_at, attempts,
-       last_error, last_status_code, replay_count, replayed_at, replayed_by, {{_error_class}}
+       last_error, last_status_code, replay_count, replayed_at, replayed_by, {{_error_class}},
+       ordering_key
   FROM dead_letters
  WHERE {{_dead_filter}}
    AND ($8::timestamptz IS NULL OR (failed_at, event_id) > ($8, $9::text))
@@ -1041,7 +1229,8 @@ SELECT event_id, tenant_id, task_id, event_type, callback_url, created_at, faile
 
 -- name: get_dead_letter
 SELECT event_id, tenant_id, task_id, event_type, callback_url, created_at, failed_at, attempts,
-       last_error, last_status_code, replay_count, replayed_at, replayed_by, {{_error_class}}
+       last_error, last_status_code, replay_count, replayed_at, replayed_by, {{_error_class}},
+       ordering_key
   FROM dead_letters
  WHERE event_id = $1;
 
@@ -1259,6 +1448,7 @@ UPDATE outbox
 -- was made now, and writing the log may be what keeps failing); the task's summary
 -- says dead, and why. A row whose stored event is gone has no body for a letter,
 -- and one whose tenant is gone has no one to replay it: those are only removed.
+-- A keyed row hands its key on (_hand_on_keys), as record_outcomes does.
 -- Returns each row taken, and whether it has a letter.
 WITH input AS (
     SELECT * FROM unnest($1::bigint[], $3::text[]) AS i(id, error)
@@ -1270,18 +1460,20 @@ dead AS (
 ),
 buried AS (
     INSERT INTO dead_letters AS d (event_id, tenant_id, task_id, event_type, callback_url, host,
-                                   body, created_at, attempts, last_error, last_status_code)
+                                   body, created_at, attempts, last_error, last_status_code,
+                                   ordering_key)
     SELECT x.event_id, x.tenant_id, x.task_id, x.event_type, x.callback_url, x.host, e.body,
-           x.created_at, x.attempts, x.error, x.last_status_code
+           x.created_at, x.attempts, x.error, x.last_status_code, x.ordering_key
       FROM dead x JOIN events e ON e.event_id = x.event_id
      WHERE EXISTS (SELECT 1 FROM tenants t WHERE t.id = x.tenant_id)
     ON CONFLICT (event_id) DO UPDATE
        SET failed_at = now(), attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error,
            last_status_code = EXCLUDED.last_status_code, callback_url = EXCLUDED.callback_url,
-           host = EXCLUDED.host,
+           host = EXCLUDED.host, ordering_key = EXCLUDED.ordering_key,
            replayed_at = NULL, replayed_by = NULL
     RETURNING d.event_id
 ),
+gone AS (SELECT tenant_id, ordering_key FROM dead), {{_hand_on_keys}},
 summary AS (
     UPDATE tasks t
        SET delivery_status = 'dead', last_error = x.error, next_attempt_at = NULL,
@@ -1305,7 +1497,8 @@ SELECT c.seq, c.changed_at,
        t.last_attempt_at, t.last_status_code, t.last_error, t.next_attempt_at, t.delivered_at,
        NULLIF(c.state -> 'progress', 'null'::jsonb) AS progress,
        t.heartbeat_timeout_s, t.heartbeat_at, t.heartbeat_due_at, t.on_timeout,
-       (SELECT h.names FROM callback_headers h WHERE h.task_id = t.id) AS callback_header_names
+       (SELECT h.names FROM callback_headers h WHERE h.task_id = t.id) AS callback_header_names,
+       (SELECT k.ordering_key FROM task_ordering_keys k WHERE k.task_id = t.id) AS ordering_key
   FROM task_changes c JOIN tasks t ON t.id = c.task_id
 
 -- name: number_changes
@@ -1345,7 +1538,8 @@ SELECT min(version) FROM task_changes WHERE task_id = $1;
 -- task_changes_task; seq NULL once retention purged it). Another tenant's task is
 -- not found, exactly like a task that does not exist.
 SELECT c.seq, COALESCE(c.changed_at, t.updated_at) AS changed_at, t.*,
-       (SELECT h.names FROM callback_headers h WHERE h.task_id = t.id) AS callback_header_names
+       (SELECT h.names FROM callback_headers h WHERE h.task_id = t.id) AS callback_header_names,
+       (SELECT k.ordering_key FROM task_ordering_keys k WHERE k.task_id = t.id) AS ordering_key
   FROM tasks t LEFT JOIN task_changes c ON c.task_id = t.id AND c.version = t.version
  WHERE t.tenant_id = $1 AND t.id = ANY($2::text[]);
 
@@ -1428,7 +1622,8 @@ SELECT name, api_key_hash FROM tenants WHERE id = $1;
 -- status $2, type $3, delivery state $4, last changed in [$5, $6); keyset paging
 -- before ($7, $8) on (updated_at, id), tasks_tenant_updated read backwards. A
 -- page for a person, who reloads: no horizon as list_tasks has for reconcilers.
-SELECT t.*, (SELECT h.names FROM callback_headers h WHERE h.task_id = t.id) AS callback_header_names
+SELECT t.*, (SELECT h.names FROM callback_headers h WHERE h.task_id = t.id) AS callback_header_names,
+       (SELECT k.ordering_key FROM task_ordering_keys k WHERE k.task_id = t.id) AS ordering_key
   FROM tasks t
  WHERE tenant_id = $1
    AND ($2::text IS NULL OR status = $2)

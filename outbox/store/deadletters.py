@@ -59,6 +59,8 @@ class DeadLetter:
     replayed_by: str | None
     # From the stored status and error, by the same SQL the error-class filter uses.
     error_class: ErrorClass
+    # The task's orderingKey: its key's later webhooks were sent without waiting for it.
+    ordering_key: str | None = None
 
 
 async def list_dead_letters(

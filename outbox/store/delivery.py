@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
@@ -23,6 +24,9 @@ _ABANDON_LEASES = sql("abandon_leases")
 _RECORD_OUTCOMES = sql("record_outcomes")
 _TAKE_HOST_TOKENS = sql("take_host_tokens")
 _RETURN_HOST_TOKENS = sql("return_host_tokens")
+_LOCK_ORDERING_KEYS = sql("lock_ordering_keys")
+_LOCK_STUCK_KEYS = sql("lock_stuck_keys")
+_RELEASE_STUCK_KEYS = sql("release_stuck_keys")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +60,14 @@ class ClaimedEvent:
     # none (a test event, or a task an older release submitted).
     trace: Sequence[str | None] | None = None
     callback_headers: Mapping[str, str] | None = field(default=None, repr=False)
+    # The task's orderingKey: the key's next event waits until this one is
+    # delivered or dead (None: delivered with no order).
+    ordering_key: str | None = None
+
+    @property
+    def key(self) -> tuple[str, str] | None:
+        """``(tenant_id, ordering_key)`` of a keyed event, else None."""
+        return None if self.ordering_key is None else (self.tenant_id, self.ordering_key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +91,7 @@ def _events(rows: Sequence[asyncpg.Record], token: UUID) -> list[ClaimedEvent]:
     return [
         ClaimedEvent(
             r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], token,
-            r[11], r[12], r[13],
+            r[11], r[12], r[13], None, r[14],
         )
         for r in rows
     ]  # fmt: skip
@@ -138,16 +150,51 @@ async def defer_leases(
 
 
 async def abandon_leases(
-    conn: asyncpg.Connection, *, rows: Sequence[tuple[int, str]], token: UUID
+    conn: asyncpg.Connection,
+    *,
+    rows: Sequence[tuple[int, str]],
+    token: UUID,
+    keys: Collection[tuple[str, str]] = (),
 ) -> dict[int, bool]:
     """Dead-letter rows ``(id, why)`` held under ``token`` without an attempt. For each
     row that was still under it: whether it has a dead letter (False: its stored
-    event was gone, so it was only removed)."""
+    event was gone, so it was only removed). ``keys``: the ``(tenant_id,
+    ordering_key)`` of the keyed rows, which hand their keys on."""
     if not rows:
         return {}
     ids, errors = zip(*rows, strict=True)
-    found = await conn.fetch(_ABANDON_LEASES, list(ids), token, list(errors))
+    async with _keys_held(conn, keys):
+        found = await conn.fetch(_ABANDON_LEASES, list(ids), token, list(errors))
     return {r[0]: r[1] for r in found}
+
+
+@contextlib.asynccontextmanager
+async def _keys_held(
+    conn: asyncpg.Connection, keys: Collection[tuple[str, str]]
+) -> AsyncIterator[None]:
+    """A transaction holding ordering keys' rows, for a write that takes their
+    events out of the outbox (``_hand_on_keys`` in queries.sql says why the lock
+    comes first); with no keys, none: the write runs alone."""
+    if not keys:
+        yield
+        return
+    ordered = sorted(keys)
+    async with conn.transaction():
+        await conn.execute(_LOCK_ORDERING_KEYS, [k[0] for k in ordered], [k[1] for k in ordered])
+        yield
+
+
+async def release_stuck_keys(conn: asyncpg.Connection, *, limit: int = 1000) -> list[EventId]:
+    """The sweep of ordering keys: make due the first event of each key whose events
+    all wait parked with none due or in flight (its head left the outbox without
+    handing the key on, e.g. taken out by a process of an earlier release). Returns
+    the events made due."""
+    async with conn.transaction():
+        stuck = await conn.fetch(_LOCK_STUCK_KEYS, limit)
+        if not stuck:
+            return []
+        rows = await conn.fetch(_RELEASE_STUCK_KEYS, [r[0] for r in stuck], [r[1] for r in stuck])
+    return [r[0] for r in rows]
 
 
 class OutcomeRow(NamedTuple):
@@ -171,14 +218,18 @@ async def record_outcomes(
     outcomes: Sequence[OutcomeRow],
     breaker_threshold: int,
     breaker_probe_s: float,
+    keys: Collection[tuple[str, str]] = (),
 ) -> set[int]:
     """Write a batch of outcomes in one statement; the ids whose lease still held.
 
     Outcomes of rows another dispatcher took over are dropped (fenced on the
-    token). Raises asyncpg errors as they come: the recorder decides to retry.
+    token). ``keys``: the ``(tenant_id, ordering_key)`` of the batch's keyed rows
+    that leave the outbox (delivered or dead), which hand their keys on. Raises
+    asyncpg errors as they come: the recorder decides to retry.
     """
     cols = [list(col) for col in zip(*outcomes, strict=True)] if outcomes else [[]] * 9
-    rows = await conn.fetch(_RECORD_OUTCOMES, *cols, breaker_threshold, float(breaker_probe_s))
+    async with _keys_held(conn, keys):
+        rows = await conn.fetch(_RECORD_OUTCOMES, *cols, breaker_threshold, float(breaker_probe_s))
     return {r[0] for r in rows}
 
 

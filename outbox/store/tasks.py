@@ -73,8 +73,8 @@ class TaskInsert:
     ``callback_host`` the callback URL's destination key, kept in ``destination_keys``,
     which lets :func:`finish_step` complete the task in one statement (None: completed
     as a task of an older release is); ``sealed`` and ``header_names`` its sealed
-    callback headers; ``idempotency`` (key, request hash) and ``trace`` (traceparent,
-    tracestate, already checked) None for none.
+    callback headers; ``idempotency`` (key, request hash), ``trace`` (traceparent,
+    tracestate, already checked) and ``ordering_key`` None for none.
     """
 
     task_id: TaskId
@@ -91,6 +91,7 @@ class TaskInsert:
     header_names: Sequence[str] | None = None
     idempotency: tuple[str, bytes] | None = None
     trace: tuple[str, str | None] | None = None
+    ordering_key: str | None = None
 
 
 class KeyTaken(Enum):
@@ -101,8 +102,8 @@ class KeyTaken(Enum):
 
 
 def _columns(rows: Sequence[TaskInsert]) -> list[list[Any]]:
-    """The sixteen arrays of ``insert_tasks``, one value per row in each."""
-    cols: list[list[Any]] = [[] for _ in range(16)]
+    """The seventeen arrays of ``insert_tasks``, one value per row in each."""
+    cols: list[list[Any]] = [[] for _ in range(17)]
     for r in rows:
         key, digest = r.idempotency or (None, None)
         parent, state = r.trace or (None, None)
@@ -111,7 +112,7 @@ def _columns(rows: Sequence[TaskInsert]) -> list[list[Any]]:
             *(json_text(r.metadata), r.timeout_s, r.heartbeat_timeout_s),
             *(json_text(r.on_timeout), r.callback_host, r.sealed),
             ",".join(r.header_names) if r.header_names else None,
-            *(key, digest, parent, state),
+            *(key, digest, parent, state, r.ordering_key),
         )
         for col, value in zip(cols, values, strict=True):
             col.append(value)

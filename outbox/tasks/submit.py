@@ -39,6 +39,9 @@ class NewTask:
     # The submitter's W3C trace context, kept for every attempt of the task's webhook
     # (hookrelay.outbox.tracing).
     trace: TraceContext | None = None
+    # Webhooks of the tenant's tasks with the same key are delivered one at a time,
+    # in the order their events commit (checked by the caller: 1 to 200 characters).
+    ordering_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +159,7 @@ def _row(sub: Submission, box: SecretBox | None) -> store.TaskInsert:
         header_names=names,
         idempotency=None if idem is None else (idem.key, idem.request_hash),
         trace=None if trace is None else (trace.traceparent, trace.state),
+        ordering_key=spec.ordering_key,
     )
 
 

@@ -129,6 +129,18 @@ RESERVED_HEADER_PATTERN = (
     + "|".join(_any_case(p) for p in RESERVED_HEADER_PREFIXES)
     + ")"
 )
+MAX_ORDERING_KEY = 200
+OrderingKey = Annotated[
+    str,
+    Meta(
+        min_length=1,
+        max_length=MAX_ORDERING_KEY,
+        pattern=r"^[^\x00-\x1f\x7f]*$",
+        description="webhooks of your tasks with the same key are delivered one at a time, "
+        "in the order their events commit: the next is sent once the previous one is "
+        "delivered or dead; 1 to 200 characters, no control characters",
+    ),
+]
 CallbackHeaders = Annotated[
     dict[str, str],
     Meta(
@@ -200,6 +212,7 @@ class SubmitBody(Body):
     heartbeat_timeout_seconds: HeartbeatSeconds | None = None
     on_timeout: CappedOnTimeout | None = None
     callback_headers: CallbackHeaders | None = None
+    ordering_key: OrderingKey | None = None
 
     def __post_init__(self) -> None:
         if self.type.endswith("\n"):  # see TASK_TYPE_PATTERN
@@ -496,6 +509,20 @@ class DeadLetter(Answer):
     last_error: str | None
     last_status_code: int | None
     replay_count: int
+    ordering_key: Annotated[
+        str | None,
+        Meta(
+            description="its task's orderingKey: the key's later webhooks were not held "
+            "behind it (a replay sends it after those waiting then)"
+        ),
+    ]
+    skipped_over: Annotated[
+        bool,
+        Meta(
+            description="true when it had an orderingKey: the key's next webhooks went "
+            "on without it"
+        ),
+    ]
 
     @classmethod
     def of(cls, letter: StoredDeadLetter) -> DeadLetter:
@@ -511,6 +538,8 @@ class DeadLetter(Answer):
             last_error=letter.last_error,
             last_status_code=letter.last_status_code,
             replay_count=letter.replay_count,
+            ordering_key=letter.ordering_key,
+            skipped_over=letter.ordering_key is not None,
         )
 
 

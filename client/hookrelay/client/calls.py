@@ -82,6 +82,7 @@ def submit(
     heartbeat_timeout_seconds: float | None = None,
     on_timeout: Any = None,
     callback_headers: Mapping[str, str] | None = None,
+    ordering_key: str | None = None,
     traceparent: str | None = None,
     tracestate: str | None = None,
 ) -> Plan[Task]:
@@ -93,6 +94,7 @@ def submit(
         "heartbeatTimeoutSeconds": heartbeat_timeout_seconds,
         "onTimeout": on_timeout,
         "callbackHeaders": None if callback_headers is None else dict(callback_headers),
+        "orderingKey": ordering_key,
     }
     body.update({k: v for k, v in optional.items() if v is not None})
     # One key for every send of this submit: the server answers a repeat with the

@@ -75,6 +75,7 @@ class Client:
         heartbeat_timeout_seconds: float | None = None,
         on_timeout: Any = None,
         callback_headers: Mapping[str, str] | None = None,
+        ordering_key: str | None = None,
         traceparent: str | None = None,
         tracestate: str | None = None,
     ) -> Task:
@@ -82,6 +83,8 @@ class Client:
         generated when none is given), so the server answers with the task it made.
         ``callback_headers`` go with every attempt of its webhook (e.g. a receiver's
         ``x-api-key``); the server keeps their values encrypted and shows only names.
+        ``ordering_key``: webhooks of your tasks with the same key are delivered one at
+        a time, in the order they finish.
         ``traceparent``/``tracestate`` (W3C): the trace every attempt of its webhook
         continues, e.g. ``TraceContextTextMapPropagator().inject(carrier)``'s."""
         plan = calls.submit(
@@ -94,6 +97,7 @@ class Client:
             heartbeat_timeout_seconds=heartbeat_timeout_seconds,
             on_timeout=on_timeout,
             callback_headers=callback_headers,
+            ordering_key=ordering_key,
             traceparent=traceparent,
             tracestate=tracestate,
         )

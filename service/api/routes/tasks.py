@@ -46,6 +46,7 @@ async def submit(request: Request) -> Response:
         heartbeat_timeout_s=body.heartbeat_timeout_seconds,
         on_timeout=None if body.on_timeout is None else msgspec.to_builtins(body.on_timeout),
         callback_headers=body.callback_headers,
+        ordering_key=body.ordering_key,
         # The submitter's W3C trace context; a malformed one is ignored, as the
         # specification says (the task then starts a trace of its own).
         trace=tracing.parse(
