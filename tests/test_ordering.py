@@ -39,6 +39,7 @@ from tests.support import (
     start_dispatcher,
     wait_drained,
 )
+from tests.test_portal import opened
 
 pytestmark = pytest.mark.anyio
 HOOK = "http://127.0.0.1:9/hook"
@@ -225,6 +226,16 @@ async def test_a_dead_head_is_skipped_over_and_says_so(pool, tenant_id, client) 
     assert (r.json()["orderingKey"], r.json()["skippedOver"]) == ("k", True)
     listed = await client.get("/v1/admin/dead-letters", headers=ADMIN)
     assert [(d["orderingKey"], d["skippedOver"]) for d in listed.json()["data"]] == [("k", True)]
+
+
+async def test_the_portal_says_a_dead_letter_was_skipped_over(pool, tenant, client) -> None:
+    events = await keyed_done(pool, tenant["id"], "<doc-1>", 2)
+    [head] = await claim(pool)
+    await record(pool, [head], "dead")
+    await opened(client, tenant["apiKey"])
+    page = await client.get(f"/portal/dead-letters/{events[0]}")
+    assert page.status_code == 200
+    assert "Ordering key</dt><dd><code>&lt;doc-1&gt;</code>: skipped over" in page.text
 
 
 async def test_a_replayed_dead_letter_goes_to_the_end_of_its_key(pool, tenant_id) -> None:
