@@ -9,7 +9,7 @@ import asyncpg
 import pytest
 
 from hookrelay.outbox.store import OUTBOX_CHANNEL, TASKS_CHANNEL, changes
-from tests.support import ADMIN, bearer, eventually
+from tests.support import ADMIN, bearer, dispatcher, eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.processes]
 HOOK = "http://127.0.0.1:9/hook"
@@ -98,5 +98,44 @@ async def test_a_wake_up_that_fails_does_not_fail_the_committed_write(client, ds
         r = await client.post(f"/v1/tasks/{tid}/complete", json={"status": "failed"}, headers=ADMIN)
         assert r.status_code == 200 and r.json()["status"] == "failed"
         await eventually(lambda: heard)  # the other dispatchers were still woken
+    finally:
+        await listener.close()
+
+
+async def test_a_dispatcher_woken_directly_ignores_its_own_processs_notify(
+    client, dsn, runtime, pool
+) -> None:
+    """``serve``: the API wakes its own dispatcher at each commit and names itself in
+    the NOTIFY it sends for the others, which that dispatcher then does not act on a
+    second time; a NOTIFY of anyone else (another API process, an executor) it does."""
+    tenant = (await client.post("/v1/admin/tenants", json={"name": "s"}, headers=ADMIN)).json()
+    app = client._transport.app
+    signals = app.state.signals
+    payloads: list[str] = []
+    listener = await asyncpg.connect(dsn)
+    await listener.add_listener(OUTBOX_CHANNEL, lambda _c, _pid, _ch, p: payloads.append(p))
+    d = dispatcher(runtime, pool)
+    d.woken_by = signals.origin
+    signals.wake_locally(d.wake)
+    try:
+        tid = (
+            await client.post(
+                "/v1/tasks",
+                json={"type": "t", "callbackUrl": HOOK},
+                headers=bearer(tenant["apiKey"]),
+            )
+        ).json()["id"]
+        d._looked = False
+        await client.post(f"/v1/tasks/{tid}/complete", json={"status": "succeeded"}, headers=ADMIN)
+        assert d._looked  # woken directly, at the commit
+        await eventually(lambda: payloads == [signals.origin])
+        d._looked = False
+        d._notified(payloads[0])
+        assert not d._looked  # its own process's NOTIFY: already looked
+        d._notified("")  # an executor's completion, or an older release's API
+        assert d._looked
+        d._looked = False
+        d._notified("api-another")
+        assert d._looked
     finally:
         await listener.close()

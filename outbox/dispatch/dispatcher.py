@@ -193,6 +193,9 @@ class Dispatcher:
         # bucket in a loop nor holds up the claims for other hosts.
         self._rate = HostRate(config.per_host_rate) if config.per_host_rate else None
         self._rate_held: dict[str, float] = {}
+        # The origin of the NOTIFYs of the API process that calls :meth:`wake` at each
+        # of its commits of new events (``serve``): those NOTIFYs are ignored.
+        self.woken_by: str | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -202,7 +205,7 @@ class Dispatcher:
         # Any (re)connect may have missed a NOTIFY: wake and look, as on one.
         listener = Listener(
             self.dsn,
-            {OUTBOX_CHANNEL: lambda _: self._look()},
+            {OUTBOX_CHANNEL: self._notified},
             on_gap=self._look,
             name="hookrelay-dispatcher-listen",
         )
@@ -255,6 +258,12 @@ class Dispatcher:
     def _look(self) -> None:
         self._looked = True
         self._wake.set()
+
+    def _notified(self, origin: str) -> None:
+        # The NOTIFY of the process that wakes this dispatcher directly at each commit
+        # (``serve``): already looked for, once per commit.
+        if not origin or origin != self.woken_by:
+            self._look()
 
     def wake(self) -> None:
         """New events were committed: look for due rows now, not at the next poll."""

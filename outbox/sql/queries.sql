@@ -562,8 +562,10 @@ SELECT pg_notify($2, ''), pg_notify($3, $1);
 -- name: notify_outbox
 -- Sent by the API after its own commit, on its own (autocommit) statement: the
 -- writers' transactions then send no NOTIFY, and so never queue on the lock that
--- serialises notifying commits across the cluster. One per burst of commits.
-SELECT pg_notify($1, '');
+-- serialises notifying commits across the cluster. One per burst of commits. The
+-- payload $2 names the sending process: its own dispatcher, woken directly at each
+-- commit, need not look again.
+SELECT pg_notify($1, $2);
 
 -- name: idempotency_lock
 -- Non-blocking: a second request with the same key while the first is still in

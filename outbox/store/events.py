@@ -85,10 +85,11 @@ async def notify(conn: asyncpg.Connection, *, task_id: str = "") -> None:
     await conn.execute(step.sql, *step.args)
 
 
-async def notify_outbox(conn: asyncpg.Connection) -> None:
+async def notify_outbox(conn: asyncpg.Connection, *, origin: str = "") -> None:
     """Wake every dispatcher now: on a connection outside the transaction that
-    wrote the events, once that has committed."""
-    await conn.execute(_NOTIFY_OUTBOX, OUTBOX_CHANNEL)
+    wrote the events, once that has committed. ``origin`` names the sending process
+    (its dispatcher, woken directly, ignores it); empty: every dispatcher looks."""
+    await conn.execute(_NOTIFY_OUTBOX, OUTBOX_CHANNEL, origin)
 
 
 @dataclass(frozen=True, slots=True)

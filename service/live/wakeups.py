@@ -10,7 +10,9 @@ commit, :meth:`Signals.committed`
   (one numbering serves all the commits made while the previous one ran);
 - for a new event, wakes the dispatchers: those of this process directly
   (``serve``), every other through one ``NOTIFY hookrelay_outbox`` per burst,
-  sent from a pool connection outside any writer's transaction.
+  sent from a pool connection outside any writer's transaction. The NOTIFY names
+  this process when it has a dispatcher of its own, which then ignores it: it was
+  woken at each commit already, and looking again cost a due-lanes read per burst.
 
 A process that dies between a commit and these wake-ups loses nothing: the
 dispatchers poll (``HOOKRELAY_POLL_INTERVAL_S``) and the sweeper numbers what is
@@ -20,6 +22,7 @@ queued at every sweep; only the push is late.
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Callable
 
 import asyncpg
@@ -38,6 +41,9 @@ class Signals:
     def __init__(self, pool: asyncpg.Pool, hub: StreamHub, watcher: TaskWatcher) -> None:
         self._pool, self._hub, self._watcher = pool, hub, watcher
         self._local: list[Callable[[], None]] = []
+        # Names this process in its NOTIFYs, so that a dispatcher it wakes directly
+        # (wake_locally) does not look a second time for the same events.
+        self.origin = f"api-{secrets.token_hex(8)}"
         self._outbox = Coalesced(self._notify_outbox, name="hookrelay-wake-dispatchers")
 
     def wake_locally(self, callback: Callable[[], None]) -> None:
@@ -62,7 +68,7 @@ class Signals:
 
     async def _notify_outbox(self) -> None:
         async with self._pool.acquire() as conn:
-            await events.notify_outbox(conn)
+            await events.notify_outbox(conn, origin=self.origin if self._local else "")
 
     async def stop(self) -> None:
         await self._outbox.stop()

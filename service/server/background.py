@@ -119,6 +119,7 @@ def dispatcher_background(
                 if not loop.is_closed():
                     loop.call_soon_threadsafe(dispatcher.wake)
 
+            dispatcher.woken_by = signals.origin
             signals.wake_locally(wake)
             yield dispatcher
         finally:
