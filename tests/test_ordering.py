@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from datetime import UTC, datetime
 from typing import Any
 
@@ -84,16 +84,23 @@ async def claim(pool: asyncpg.Pool) -> list[ClaimedEvent]:
         return await claim_due(conn, limit=100, lease_s=30, owner=TOKEN_OWNER, token=uuid.uuid4())
 
 
-async def record(pool: asyncpg.Pool, events: list[ClaimedEvent], outcome: str) -> set[int]:
+async def record(
+    pool: asyncpg.Pool, events: list[ClaimedEvent], outcome: str, held: set[int] | None = None
+) -> set[int]:
     now = datetime.now(UTC)
     rows = [
         OutcomeRow(e.id, e.token, outcome, now, 500, "boom", now, 1.0, None)  # type: ignore[arg-type]
         for e in events
     ]
-    keys = {k for e in events if outcome != "retry" and (k := e.key) is not None}
+    keys = {e.id: k for e in events if outcome != "retry" and (k := e.key) is not None}
     async with pool.acquire() as conn:
         return await delivery.record_outcomes(
-            conn, outcomes=rows, breaker_threshold=1000, breaker_probe_s=30, keys=keys
+            conn,
+            outcomes=rows,
+            breaker_threshold=1000,
+            breaker_probe_s=30,
+            keys=keys,
+            held=held,
         )
 
 
@@ -192,6 +199,62 @@ async def test_only_the_head_of_a_key_is_due(pool, tenant_id) -> None:
     assert claimed == {free[0], free[1], a[0], b[0]}
 
 
+async def test_a_probe_never_takes_a_parked_event(pool, tenant_id) -> None:
+    """A probe of a half-open host takes any row not leased, due or held; never one
+    parked behind its key. Parked rows are leased until 'infinity' besides, so the
+    claims and probes of an older release (which know nothing of parking and skip
+    rows whose lease has not run out) pass them over too."""
+    events = await keyed_done(pool, tenant_id, "k", 3)
+    [head] = await claim(pool)
+    async with pool.acquire() as conn:
+        probe = await delivery.claim_probe(
+            conn, host=head.host, lease_s=30, owner=TOKEN_OWNER, token=uuid.uuid4()
+        )
+        assert probe == []
+        older_rule = await conn.fetchval(
+            "SELECT count(*) FROM outbox WHERE leased_until IS NULL OR leased_until <= now()"
+        )
+    assert older_rule == 0
+    assert await waiting(pool) == [
+        (events[0], 1, True),
+        (events[1], 2, False),
+        (events[2], 3, False),
+    ]
+
+
+async def test_a_recorder_writes_an_outcome_whose_key_was_held_once_it_is_free(
+    pool, runtime, tenant_id
+) -> None:
+    from hookrelay.outbox.dispatch.attempt import AttemptResult
+    from hookrelay.outbox.dispatch.circuit import BreakerPolicy
+    from hookrelay.outbox.dispatch.outcomes import Recorder
+
+    await keyed_done(pool, tenant_id, "k", 1)
+    [head] = await claim(pool)
+    counters: Counter[str] = Counter()
+    recorder = Recorder(pool, counters, batch_size=10, breaker=BreakerPolicy())
+    running = asyncio.ensure_future(recorder.run())
+    async with pool.acquire() as writer:
+        task, _ = await create_task(
+            writer, tenant_id, NewTask(type="t", callback_url=HOOK, ordering_key="k")
+        )
+        tx = writer.transaction()
+        await tx.start()
+        done = await complete_task(writer, task.id, "succeeded")
+        recorder.add(
+            AttemptResult(
+                head, "delivered", attempted_at=datetime.now(UTC), duration_ms=1.0, status_code=204
+            )
+        )
+        await eventually(lambda: counters["key_held"] > 0, 5, what="the outcome handed back")
+        assert await pool.fetchval("SELECT count(*) FROM outbox WHERE id = $1", head.id) == 1
+        await tx.commit()
+    await eventually(lambda: counters["delivered"] == 1, 5, what="the outcome written")
+    await recorder.stop()
+    await running
+    assert await waiting(pool) == [(done.event_id, 2, True)]
+
+
 async def test_the_same_key_of_another_tenant_is_another_queue(pool, runtime, tenant_id) -> None:
     async with pool.acquire() as conn:
         other = (await create_tenant(conn, "other", runtime.secret_box)).id
@@ -276,7 +339,7 @@ async def test_abandoned_head_hands_the_key_on(pool, tenant_id) -> None:
             conn,
             rows=[(head.id, "not to be sent")],
             token=head.token,
-            keys={head.key},  # type: ignore[arg-type]
+            keys={head.id: head.key},  # type: ignore[dict-item]
         )
     assert done == {head.id: True}
     assert await waiting(pool) == [(events[1], 2, True)]
@@ -339,14 +402,16 @@ async def test_a_key_held_by_another_transaction_is_written_alone_after_it(
     assert {r[0]: r[1] for r in rows} == {third.id: 2, second.id: 3}
 
 
-async def test_an_outcome_waits_for_a_writer_of_its_key_and_releases_its_event(
-    pool, tenant_id
-) -> None:
-    """The race the lock-first outcome write closes: a writer of the key committing while
-    the head's outcome is being written must be seen by it, or its event would stay
-    parked for ever (it was parked because the head was still there)."""
+async def test_an_outcome_whose_key_a_writer_holds_waits_for_a_later_batch(pool, tenant_id) -> None:
+    """An executor queueing an event of the key in a transaction still open holds the
+    key: the head's outcome is not written over it (that would miss the executor's
+    event, parked because the head was still there) nor waited for (that would hold up
+    every tenant's outcomes); it is handed back, and written once the writer commits,
+    which makes the writer's event due."""
     [first] = await keyed_done(pool, tenant_id, "k", 1)
     [head] = await claim(pool)
+    free = await keyed_done(pool, tenant_id, None, 1)
+    [other] = [e for e in await claim(pool) if e.event_id == free[0]]
     async with pool.acquire() as writer:
         task, _ = await create_task(
             writer, tenant_id, NewTask(type="t", callback_url=HOOK, ordering_key="k")
@@ -354,11 +419,27 @@ async def test_an_outcome_waits_for_a_writer_of_its_key_and_releases_its_event(
         tx = writer.transaction()
         await tx.start()
         done = await complete_task(writer, task.id, "succeeded")
-        recording = asyncio.ensure_future(record(pool, [head], "delivered"))
-        await asyncio.sleep(0.3)
-        assert not recording.done(), "the outcome should wait for the key's writer"
+        held: set[int] = set()
+        now = datetime.now(UTC)
+        both = [
+            OutcomeRow(e.id, e.token, "delivered", None, 204, None, now, 1.0, None)
+            for e in (head, other)
+        ]
+        async with pool.acquire() as conn:
+            kept = await asyncio.wait_for(
+                delivery.record_outcomes(
+                    conn,
+                    outcomes=both,
+                    breaker_threshold=1000,
+                    breaker_probe_s=30,
+                    keys={head.id: head.key},  # type: ignore[dict-item]
+                    held=held,
+                ),
+                5,
+            )
+        assert (kept, held) == ({other.id}, {head.id})  # the unkeyed one went on
         await tx.commit()
-    assert await recording == {head.id}
+    assert await record(pool, [head], "delivered") == {head.id}
     assert await waiting(pool) == [(done.event_id, 2, True)]
     assert first == head.event_id
 
@@ -375,6 +456,22 @@ async def test_the_sweep_releases_a_key_whose_head_left_without_handing_it_on(
         assert await delivery.release_stuck_keys(conn) == []  # nothing stuck now
     assert await waiting(pool) == [(events[1], 2, True), (events[2], 3, False)]
     assert await pool.fetchval("SELECT pending FROM ordering_keys") == 2
+
+
+async def test_retention_removes_keys_with_nothing_waiting(pool, tenant_id) -> None:
+    from hookrelay.outbox.ops.retention import purge
+
+    await keyed_done(pool, tenant_id, "done", 1)
+    await keyed_done(pool, tenant_id, "waiting", 2)
+    [a, b] = await claim(pool)
+    [done] = [e for e in (a, b) if e.ordering_key == "done"]
+    await record(pool, [done], "delivered")
+    *_, keys = await purge(pool, attempts_older_than_s=86400, tasks_older_than_s=86400)
+    assert keys == 1
+    assert await pool.fetchval("SELECT array_agg(ordering_key) FROM ordering_keys") == ["waiting"]
+    # Gone, the key starts again at place 1, alone and due.
+    [again] = await keyed_done(pool, tenant_id, "done", 1)
+    assert (again, 1, True) in await waiting(pool)
 
 
 async def test_the_sweep_leaves_a_key_with_its_head_in_flight(pool, tenant_id) -> None:

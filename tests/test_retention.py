@@ -44,7 +44,7 @@ async def test_purges_only_old_finished_rows(pool, runtime, monkeypatch) -> None
         await conn.execute(
             "UPDATE tasks SET delivery_status = 'dead' WHERE event_id = $1", events[4]
         )
-    attempts, tasks, _, changes = await purge(
+    attempts, tasks, _, changes, _ = await purge(
         pool, attempts_older_than_s=30 * 86400, tasks_older_than_s=90 * 86400
     )
     assert attempts == 4 and tasks == 4
@@ -57,7 +57,7 @@ async def test_purges_only_old_finished_rows(pool, runtime, monkeypatch) -> None
     # A purged task's stored event goes with it.
     left = {r["event_id"] for r in await pool.fetch("SELECT event_id FROM events")}
     assert left == {events[4], events[5]}
-    assert await purge(pool, attempts_older_than_s=1, tasks_older_than_s=1) == (0, 0, 0, 0)
+    assert await purge(pool, attempts_older_than_s=1, tasks_older_than_s=1) == (0, 0, 0, 0, 0)
 
 
 async def test_purges_finished_old_test_events_only(pool, runtime) -> None:
@@ -78,7 +78,7 @@ async def test_purges_finished_old_test_events_only(pool, runtime) -> None:
             sent[2],
         )
         await conn.execute("DELETE FROM outbox WHERE event_id = ANY($1::text[])", sent[:3])
-    _, _, pings, _ = await purge(pool, attempts_older_than_s=30 * 86400, tasks_older_than_s=1)
+    _, _, pings, _, _ = await purge(pool, attempts_older_than_s=30 * 86400, tasks_older_than_s=1)
     assert pings == 2
     left = {r["event_id"] for r in await pool.fetch("SELECT event_id FROM events")}
     assert left == {sent[2], sent[3]}
@@ -94,7 +94,7 @@ async def test_a_backlog_past_retention_goes_in_one_round_not_ten_batches(
     async with pool.acquire() as conn:
         await change_log.number_pending(conn)
         await conn.execute("UPDATE task_changes SET changed_at = now() - interval '2 days'")
-    *_, purged = await purge(pool, attempts_older_than_s=86400, tasks_older_than_s=86400 * 90)
+    *_, purged, _ = await purge(pool, attempts_older_than_s=86400, tasks_older_than_s=86400 * 90)
     assert purged == 30
     assert await pool.fetchval("SELECT count(*) FROM task_changes") == 0
 
@@ -128,9 +128,9 @@ async def test_a_purge_passes_over_rows_another_purge_holds(pool, runtime) -> No
             purge(pool, attempts_older_than_s=30 * 86400, tasks_older_than_s=90 * 86400), 5
         )
         # Two changes (submitted, succeeded) of each task not held.
-        assert purged == (2, 2, 0, 4)
+        assert purged == (2, 2, 0, 4, 0)
         left = {r["event_id"] for r in await pool.fetch("SELECT event_id FROM tasks")}
         assert left == set(held)
     # Once the other purge is done with them, the next round takes the rest.
     again = await purge(pool, attempts_older_than_s=30 * 86400, tasks_older_than_s=90 * 86400)
-    assert again == (2, 2, 0, 4)
+    assert again == (2, 2, 0, 4, 0)

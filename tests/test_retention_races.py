@@ -72,7 +72,7 @@ async def test_a_redelivery_holding_the_task_keeps_it_from_the_purge(pool, runti
             await tx.commit()
         # The purge did not wait for the redelivery; it left the task it held alone.
         assert done, "the purge waited on the redelivery's row lock"
-        _, tasks, _, _ = await purging
+        _, tasks, _, _, _ = await purging
         assert tasks == 0
         assert await orphans(pool) == (0, 0)
         # The next purge sees the event pending again and leaves it too.
@@ -136,6 +136,7 @@ async def test_an_open_dead_letter_keeps_its_task_for_the_replay(
     try:
         _, event = await dead_and_old(pool, runtime, rx.url)
         assert await purge(pool, attempts_older_than_s=DAYS_30, tasks_older_than_s=DAYS_90) == (
+            0,
             0,
             0,
             0,

@@ -488,7 +488,7 @@ class Dispatcher:
         returns (probes, rows) left to send."""
         why = {e.id: reason for e in rows if (reason := self._unsendable(e)) is not None}
         try:
-            keys = {key for e in rows if e.id in why and (key := e.key) is not None}
+            keys = {e.id: key for e in rows if e.id in why and (key := e.key) is not None}
             done = await delivery.abandon_leases(
                 conn, rows=list(why.items()), token=rows[0].token, keys=keys
             )

@@ -37,6 +37,8 @@ LINGER_S = 0.005
 BUSY_LINGER_S = 0.025
 BUSY_AT = 10
 RETRY_PAUSE_S = 0.5
+# How soon an outcome whose ordering key another transaction held is tried again.
+KEY_HELD_RETRY_S = 0.05
 
 
 class Recorder:
@@ -68,6 +70,10 @@ class Recorder:
             # The next event of its key waits for this write: no linger.
             self._urgent = True
         self._ready.set()
+
+    def _again(self, results: list[AttemptResult]) -> None:
+        for r in results:
+            self.add(r)
 
     async def stop(self) -> None:
         self._stopping = True
@@ -115,7 +121,12 @@ class Recorder:
         ]
         # Keyed events that leave the outbox hand their keys on: the key's next
         # event becomes due, and this dispatcher looks for it at once.
-        keys = {key for r in batch if r.outcome != "retry" and (key := r.event.key) is not None}
+        keys = {
+            r.event.id: key
+            for r in batch
+            if r.outcome != "retry" and (key := r.event.key) is not None
+        }
+        held: set[int] = set()
         try:
             async with self._pool.acquire() as conn:
                 kept = await record_outcomes(
@@ -124,6 +135,7 @@ class Recorder:
                     breaker_threshold=self._breaker.threshold,
                     breaker_probe_s=self._breaker.probe_s,
                     keys=keys,
+                    held=held,
                 )
         except TRANSIENT_ERRORS as exc:
             log.warning("recording %d outcomes failed, will retry: %s", len(batch), exc)
@@ -146,6 +158,13 @@ class Recorder:
             # while the pool resets it: the recorder must survive and retry.
             log.warning("recording %d outcomes failed, will retry: %r", len(batch), exc)
             return False
+        if held:
+            # Their key is held by a transaction still open (an executor queueing an
+            # event of it): written in a later batch, not waited for here.
+            later = [r for r in batch if r.event.id in held]
+            self._counters["key_held"] += len(later)
+            asyncio.get_running_loop().call_later(KEY_HELD_RETRY_S, self._again, later)
+            batch = [r for r in batch if r.event.id not in held]
         if keys and self._on_handed is not None:
             self._on_handed()
         outcomes = sorted(r.outcome if r.event.id in kept else "stale" for r in batch)

@@ -1,5 +1,6 @@
 """Retention: old attempt logs, finished tasks, test events and stream changes are purged
-in small batches, until what is past retention is gone or the round's time is spent."""
+in small batches, until what is past retention is gone or the round's time is spent;
+so are ordering keys with nothing waiting."""
 
 from __future__ import annotations
 
@@ -32,10 +33,10 @@ async def purge(
     tasks_older_than_s: float,
     changes_older_than_s: float = 86400.0,
     budget_s: float = 5.0,
-) -> tuple[int, int, int, int]:
+) -> tuple[int, int, int, int, int]:
     """Delete what is past retention, batch by batch, for at most about ``budget_s``
     (what is left waits for the next round); returns (attempts, tasks, test events,
-    stream changes).
+    stream changes, idle ordering keys).
 
     A fixed number of batches a round fell behind a busy service: ten batches a
     minute is 167 rows a second, and the change log alone takes thousands.
@@ -59,4 +60,5 @@ async def purge(
     changes = await _purge(
         pool, store.purge_changes, now - timedelta(seconds=changes_older_than_s), until
     )
-    return attempts, tasks, pings, changes
+    keys = await _purge(pool, store.purge_ordering_keys, now, until)
+    return attempts, tasks, pings, changes, keys

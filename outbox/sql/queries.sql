@@ -387,7 +387,9 @@ SELECT {{_task_as_text}} FROM t;
 -- past this statement's snapshot, so what a writer committed while this one waited
 -- is counted. An event is parked (next_attempt_at 'infinity', out of every claim's
 -- way) unless it is the only one of its key waiting; the outcome that takes the one
--- before it out of the outbox makes it due (record_outcomes). Keys are written in
+-- before it out of the outbox makes it due (record_outcomes). A parked row is also
+-- leased until 'infinity' (with no token): a dispatcher of an older release, whose
+-- claims and probes know nothing of parking, skips it as a row in flight. Keys are written in
 -- order, so two writers of the same keys cannot deadlock.
 sequenced AS (
     INSERT INTO ordering_keys AS o (tenant_id, ordering_key, last_seq, pending)
@@ -433,9 +435,10 @@ t AS (
      WHERE n.event_id IS NOT NULL
 ), {{_place_in_keys}}, queued AS (
     INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host,
-                        ordering_key, ordering_seq, next_attempt_at)
+                        ordering_key, ordering_seq, next_attempt_at, leased_until)
     SELECT t.event_id, t.tenant_id, t.id, 'task.' || t.status, t.callback_url, h.host,
-           p.ordering_key, p.seq, CASE WHEN p.parked THEN 'infinity' ELSE now() END
+           p.ordering_key, p.seq, CASE WHEN p.parked THEN 'infinity' ELSE now() END,
+           CASE WHEN p.parked THEN 'infinity'::timestamptz END
       FROM t JOIN n ON n.ord = t.ord
       JOIN destination_keys h ON h.origin = url_origin(t.callback_url)
       LEFT JOIN placed p ON p.ord = t.ord
@@ -837,7 +840,7 @@ handed AS (
 ),
 next_up AS (
     UPDATE outbox o
-       SET next_attempt_at = now()
+       SET next_attempt_at = now(), leased_until = NULL
      WHERE o.id IN (SELECT (SELECT p.id FROM outbox p
                              WHERE p.tenant_id = l.tenant_id AND p.ordering_key = l.ordering_key
                                AND p.id NOT IN (SELECT id FROM input)
@@ -988,11 +991,14 @@ SELECT f.id FROM fenced f;
 -- Ordered delivery (0024): the rows of keys ($1 tenants, $2 keys) whose events an
 -- outcome write is about to take out of the outbox, locked until the caller's
 -- transaction ends, before the write takes its snapshot (_hand_on_keys says why).
--- In key order, as every writer of keys takes them: no deadlock.
-SELECT FROM ordering_keys
+-- SKIP LOCKED: a key another transaction holds (an executor queueing an event of it
+-- in a transaction still open) is not waited for, which would hold up the outcomes
+-- of every tenant behind it; the caller writes that key's outcome in a later batch.
+-- Returns the keys taken.
+SELECT tenant_id, ordering_key
+  FROM ordering_keys
  WHERE (tenant_id, ordering_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))
- ORDER BY tenant_id, ordering_key
-   FOR UPDATE;
+   FOR UPDATE SKIP LOCKED;
 
 -- name: lock_stuck_keys
 -- The dispatchers' sweep of ordering keys (0024), step 1: up to $1 keys with events
@@ -1033,7 +1039,7 @@ recounted AS (
      WHERE x.tenant_id = s.tenant_id AND x.ordering_key = s.ordering_key
 )
 UPDATE outbox o
-   SET next_attempt_at = now()
+   SET next_attempt_at = now(), leased_until = NULL
  WHERE o.id IN (SELECT (SELECT p.id FROM outbox p
                          WHERE p.tenant_id = s.tenant_id AND p.ordering_key = s.ordering_key
                          ORDER BY p.ordering_seq
@@ -1133,11 +1139,12 @@ stored AS (
 ),
 queued AS (
     INSERT INTO outbox (event_id, tenant_id, task_id, event_type, callback_url, host, attempts,
-                        ordering_key, ordering_seq, next_attempt_at)
+                        ordering_key, ordering_seq, next_attempt_at, leased_until)
     SELECT i.event_id, i.tenant_id, i.task_id, i.event_type, i.callback_url, i.host,
            COALESCE((SELECT max(a.number) FROM delivery_attempts a
                       WHERE a.event_id = i.event_id), 0),
-           p.ordering_key, p.seq, CASE WHEN p.parked THEN 'infinity' ELSE now() END
+           p.ordering_key, p.seq, CASE WHEN p.parked THEN 'infinity' ELSE now() END,
+           CASE WHEN p.parked THEN 'infinity'::timestamptz END
       FROM input i LEFT JOIN placed p ON p.ord = i.ord
     ON CONFLICT (event_id) DO NOTHING
     RETURNING event_id, task_id
@@ -1554,6 +1561,21 @@ WITH doomed AS (
        FOR UPDATE SKIP LOCKED
 )
 DELETE FROM task_changes c USING doomed d WHERE c.tenant_id = d.tenant_id AND c.seq = d.seq;
+
+-- name: purge_ordering_keys
+-- Ordering keys (0024) with nothing waiting, $1 at a time: a key per customer or
+-- document would otherwise keep its row for ever. Gone, a key starts again at place 1
+-- the next time, which orders nothing wrongly: places only order the events waiting.
+-- FOR UPDATE SKIP LOCKED: a key being written or handed on is left; the lock's recheck
+-- reads pending as last committed, so a key that has just queued an event stays.
+WITH doomed AS (
+    SELECT tenant_id, ordering_key FROM ordering_keys WHERE pending = 0 LIMIT $1
+       FOR UPDATE SKIP LOCKED
+)
+DELETE FROM ordering_keys k USING doomed d
+ WHERE k.tenant_id = d.tenant_id AND k.ordering_key = d.ordering_key
+   AND NOT EXISTS (SELECT 1 FROM outbox o
+                    WHERE o.tenant_id = k.tenant_id AND o.ordering_key = k.ordering_key);
 
 -- name: notification_settings_get
 -- Where tenant $1 is told about its delivery trouble (0021), or no row.

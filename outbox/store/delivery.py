@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
@@ -27,6 +27,9 @@ _RETURN_HOST_TOKENS = sql("return_host_tokens")
 _LOCK_ORDERING_KEYS = sql("lock_ordering_keys")
 _LOCK_STUCK_KEYS = sql("lock_stuck_keys")
 _RELEASE_STUCK_KEYS = sql("release_stuck_keys")
+
+
+Key = tuple[str, str]  # an ordering key: (tenant_id, ordering_key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +68,7 @@ class ClaimedEvent:
     ordering_key: str | None = None
 
     @property
-    def key(self) -> tuple[str, str] | None:
+    def key(self) -> Key | None:
         """``(tenant_id, ordering_key)`` of a keyed event, else None."""
         return None if self.ordering_key is None else (self.tenant_id, self.ordering_key)
 
@@ -154,34 +157,37 @@ async def abandon_leases(
     *,
     rows: Sequence[tuple[int, str]],
     token: UUID,
-    keys: Collection[tuple[str, str]] = (),
+    keys: Mapping[int, Key] | None = None,
 ) -> dict[int, bool]:
     """Dead-letter rows ``(id, why)`` held under ``token`` without an attempt. For each
     row that was still under it: whether it has a dead letter (False: its stored
-    event was gone, so it was only removed). ``keys``: the ``(tenant_id,
-    ordering_key)`` of the keyed rows, which hand their keys on."""
-    if not rows:
-        return {}
-    ids, errors = zip(*rows, strict=True)
-    async with _keys_held(conn, keys):
+    event was gone, so it was only removed). ``keys``: ``{id: (tenant_id,
+    ordering_key)}`` of the keyed rows, which hand their keys on; a row whose key
+    another transaction holds is left as it is (its lease runs out, and the next
+    claim of it tries again)."""
+    async with _keys_held(conn, keys or {}) as busy:
+        rows = [r for r in rows if r[0] not in busy]
+        if not rows:
+            return {}
+        ids, errors = zip(*rows, strict=True)
         found = await conn.fetch(_ABANDON_LEASES, list(ids), token, list(errors))
     return {r[0]: r[1] for r in found}
 
 
 @contextlib.asynccontextmanager
-async def _keys_held(
-    conn: asyncpg.Connection, keys: Collection[tuple[str, str]]
-) -> AsyncIterator[None]:
-    """A transaction holding ordering keys' rows, for a write that takes their
-    events out of the outbox (``_hand_on_keys`` in queries.sql says why the lock
-    comes first); with no keys, none: the write runs alone."""
+async def _keys_held(conn: asyncpg.Connection, keys: Mapping[int, Key]) -> AsyncIterator[set[int]]:
+    """A transaction holding the ordering keys of rows ``{id: key}``, for a write that
+    takes those rows out of the outbox (``_hand_on_keys`` in queries.sql says why the
+    lock comes first); yields the ids whose key another transaction holds, which the
+    write must leave alone. With no keys, no transaction: the write runs alone."""
     if not keys:
-        yield
+        yield set()
         return
-    ordered = sorted(keys)
+    wanted = sorted(set(keys.values()))
     async with conn.transaction():
-        await conn.execute(_LOCK_ORDERING_KEYS, [k[0] for k in ordered], [k[1] for k in ordered])
-        yield
+        rows = await conn.fetch(_LOCK_ORDERING_KEYS, [k[0] for k in wanted], [k[1] for k in wanted])
+        taken = {(r[0], r[1]) for r in rows}
+        yield {i for i, key in keys.items() if key not in taken}
 
 
 async def release_stuck_keys(conn: asyncpg.Connection, *, limit: int = 1000) -> list[EventId]:
@@ -218,17 +224,24 @@ async def record_outcomes(
     outcomes: Sequence[OutcomeRow],
     breaker_threshold: int,
     breaker_probe_s: float,
-    keys: Collection[tuple[str, str]] = (),
+    keys: Mapping[int, Key] | None = None,
+    held: set[int] | None = None,
 ) -> set[int]:
     """Write a batch of outcomes in one statement; the ids whose lease still held.
 
     Outcomes of rows another dispatcher took over are dropped (fenced on the
-    token). ``keys``: the ``(tenant_id, ordering_key)`` of the batch's keyed rows
-    that leave the outbox (delivered or dead), which hand their keys on. Raises
-    asyncpg errors as they come: the recorder decides to retry.
+    token). ``keys``: ``{id: (tenant_id, ordering_key)}`` of the batch's keyed rows
+    that leave the outbox (delivered or dead), which hand their keys on. An outcome
+    whose key another transaction holds is not written: its id goes into ``held``,
+    for the caller to write again later. Raises asyncpg errors as they come: the
+    recorder decides to retry.
     """
-    cols = [list(col) for col in zip(*outcomes, strict=True)] if outcomes else [[]] * 9
-    async with _keys_held(conn, keys):
+    async with _keys_held(conn, keys or {}) as busy:
+        if busy:
+            outcomes = [o for o in outcomes if o.id not in busy]
+            if held is not None:
+                held.update(busy)
+        cols = [list(col) for col in zip(*outcomes, strict=True)] if outcomes else [[]] * 9
         rows = await conn.fetch(_RECORD_OUTCOMES, *cols, breaker_threshold, float(breaker_probe_s))
     return {r[0] for r in rows}
 

@@ -13,6 +13,7 @@ _PURGE_ATTEMPTS = sql("purge_attempts")
 _PURGE_TASKS = sql("purge_tasks")
 _PURGE_TEST_EVENTS = sql("purge_test_events")
 _PURGE_CHANGES = sql("purge_changes")
+_PURGE_ORDERING_KEYS = sql("purge_ordering_keys")
 
 
 def _count(status: str) -> int:
@@ -38,3 +39,9 @@ async def purge_test_events(conn: asyncpg.Connection, *, before: datetime, limit
 async def purge_changes(conn: asyncpg.Connection, *, before: datetime, limit: int) -> int:
     """Delete up to ``limit`` stream changes logged before ``before``."""
     return _count(await conn.execute(_PURGE_CHANGES, before, limit))
+
+
+async def purge_ordering_keys(conn: asyncpg.Connection, *, before: datetime, limit: int) -> int:
+    """Delete up to ``limit`` ordering keys with no event waiting (``before`` unused: a key
+    keeps nothing worth a retention period)."""
+    return _count(await conn.execute(_PURGE_ORDERING_KEYS, limit))

@@ -81,7 +81,7 @@ async def run(
                 if any(purged):
                     log.info(
                         "purged %d attempt rows, %d tasks, %d test events and %d stream changes"
-                        " past retention",
+                        " past retention, and %d idle ordering keys",
                         *purged,
                     )
             n = await sweep_once(pool)
