@@ -3,6 +3,7 @@ where their screenshots go."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 from pathlib import Path
@@ -15,7 +16,10 @@ from tests.harness.procs import ROOT
 def chromium() -> str:
     """Debian's Chromium (or ``HOOKRELAY_CHROMIUM``); without it the calling test module
     is skipped, except under CI, where .ci/run installs it and a skip would hide a gap."""
-    pytest.importorskip("playwright.async_api", reason="playwright is not installed")
+    # Found, not imported: every parallel worker collects these modules, and only the one
+    # that runs a module's tests needs playwright loaded (they import it themselves).
+    if importlib.util.find_spec("playwright") is None:
+        pytest.skip("playwright is not installed", allow_module_level=True)
     found = os.environ.get("HOOKRELAY_CHROMIUM") or next(
         (
             p

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import fcntl
 import os
 import secrets
 import uuid
@@ -114,7 +115,15 @@ def server_dsn() -> str:
     url = os.environ.get("TEST_DATABASE_URL")
     if url:
         return url
-    dsn = embedded.start(ROOT / ".hookrelay-test")
+    data = ROOT / ".hookrelay-test"
+    data.mkdir(exist_ok=True)
+    # One parallel worker at a time: on a machine that never ran it, the first start
+    # creates the server's system user and runs initdb, and two workers doing that at
+    # once left one with "could not change permissions of directory" (every test of that
+    # worker then errored). The others wait a moment and join the running server.
+    with open(data / "start.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        dsn = embedded.start(data)
     asyncio.run(_throwaway(dsn))
     return dsn
 

@@ -1,7 +1,7 @@
 """The previous release of hookrelay, installed from this repository's history.
 
 :func:`previous_release` makes a git worktree of a commit, installs it with pip into a
-venv of its own (only the registry pip is configured with is reached) and removes the
+venv of its own (only the registry pip, or uv, is configured with is reached) and removes the
 worktree again; the venv is cached. ``python -m bench upgrade`` runs it beside this
 tree, and tests/test_upgrade.py runs that benchmark in short.
 """
@@ -38,6 +38,16 @@ def run(argv: list[str], what: str, **kwargs: Any) -> str:
     return out.strip()
 
 
+def _installer(python: Path) -> list[str]:
+    """``pip install`` into ``python``'s venv: uv's, when this interpreter's venv has uv
+    (.ci/run installs it; the same registry and versions, several times faster, reusing
+    the downloads of that install), else the venv's own pip."""
+    uv = Path(sys.executable).parent / "uv"
+    if uv.exists():
+        return [str(uv), "pip", "install", "--quiet", "--python", str(python)]
+    return [str(python), "-m", "pip", "install", "--quiet"]
+
+
 def previous_release(ref: str = PREVIOUS, cache: Path | None = None) -> Path:
     """The venv holding release ``ref`` of this repository, built once and cached.
 
@@ -60,7 +70,7 @@ def previous_release(ref: str = PREVIOUS, cache: Path | None = None) -> Path:
         run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(src), commit], "git")
         try:
             run([sys.executable, "-m", "venv", str(venv)], "python -m venv")
-            pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
+            pip = _installer(venv / "bin" / "python")
             # From 0.2.0 on the client is a distribution of its own, which the server's
             # pins: both from the worktree, never the client from the registry.
             client = src / "client"
