@@ -70,6 +70,7 @@ LONGEST_FIRST = (
     "tests/test_upgrade.py",
     "tests/test_portal_browser.py",
     "tests/test_pgbouncer.py",
+    "tests/test_ordering.py",
     "tests/test_guard.py",
     "tests/test_schema_compat.py",
     "tests/test_readme.py",
