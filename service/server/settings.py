@@ -299,7 +299,8 @@ class Settings:
         Seconds,
         doc(
             "finished tasks older than this are purged (the same way); a task and its attempt "
-            "log stay while its event waits in the outbox or is an unreplayed dead letter",
+            "log stay while its event waits in the outbox or is an unreplayed dead letter. "
+            "Ordering keys with nothing waiting are removed at every round",
             gt=0,
         ),
     ] = Retention.tasks_s
