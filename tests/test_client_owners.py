@@ -3,6 +3,8 @@ against a live ``hookrelay serve``: typed answers, the error tree, and a lost an
 
 from __future__ import annotations
 
+import contextlib
+import socket
 from datetime import datetime, timedelta
 
 import pytest
@@ -32,7 +34,10 @@ def test_dead_letters_replay_and_notifications(hookrelay_serve) -> None:
     hook = nowhere()
     sink = WebhookSink()
     try:
-        with Client(hookrelay_serve.url, partner["apiKey"], admin_token=ADMIN_TOKEN) as c:
+        with (
+            contextlib.ExitStack() as stack,
+            Client(hookrelay_serve.url, partner["apiKey"], admin_token=ADMIN_TOKEN) as c,
+        ):
             assert c.notifications() is None
             told = c.set_notifications(sink.url, ["delivery.dead"])
             assert isinstance(told, Notifications)
@@ -67,6 +72,11 @@ def test_dead_letters_replay_and_notifications(hookrelay_serve) -> None:
                 Webhook(partner["signingSecret"]).verify(b, h) for h, b in sink.received
             )} == {x.event_id for x in letters}  # fmt: skip
 
+            # From here on the callback's port takes connections and never answers, so a
+            # replayed event takes its attempts' deadlines (seconds) to die again, not
+            # milliseconds: the "already replayed" below cannot race its next death.
+            hanging = socket.create_server(("127.0.0.1", int(hook.rsplit(":", 1)[1].split("/")[0])))
+            stack.callback(hanging.close)
             # One replay whose answer is lost: sent again, the 409 is taken as its answer.
             proxy = LosingProxy(hookrelay_serve.port)
             try:
