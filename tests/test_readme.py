@@ -163,7 +163,8 @@ def in_background(commands: str, log: str) -> list[str]:
     """Terminal 2 in the background of terminal 3, until its receiver is up."""
     return [
         f"{{\n{commands.strip()}\n}} > {log} 2>&1 &",
-        "LISTENER=$!; trap 'kill $LISTENER' EXIT",
+        # The group's subshell and what it runs (hookrelay listen is its child, not it).
+        "LISTENER=$!; trap 'pkill -P $LISTENER; kill $LISTENER' EXIT",
         f"until grep -q Ready: {log}; do sleep 0.1; done",
     ]
 
