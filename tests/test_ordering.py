@@ -143,6 +143,8 @@ async def test_a_bad_ordering_key_is_refused_and_writes_nothing(
     assert r.json()["error"]["code"] == code
     if code == "validation_error":
         assert "orderingKey" in r.json()["error"]["message"]
+    if key == "line\nbreak":
+        assert "control character" in r.json()["error"]["message"]
     assert await pool.fetchval("SELECT count(*) FROM tasks") == 0
 
 

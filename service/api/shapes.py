@@ -130,15 +130,18 @@ RESERVED_HEADER_PATTERN = (
     + ")"
 )
 MAX_ORDERING_KEY = 200
+ORDERING_KEY_PATTERN = r"^[^\x00-\x1f\x7f]*$"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 OrderingKey = Annotated[
     str,
     Meta(
         min_length=1,
         max_length=MAX_ORDERING_KEY,
-        pattern=r"^[^\x00-\x1f\x7f]*$",
         description="webhooks of your tasks with the same key are delivered one at a time, "
         "in the order their events commit: the next is sent once the previous one is "
-        "delivered or dead; 1 to 200 characters, no control characters",
+        "delivered or dead; 1 to 200 characters, no ASCII control characters",
+        # Checked by SubmitBody, whose message says what is wrong in words.
+        extra_json_schema={"pattern": ORDERING_KEY_PATTERN},
     ),
 ]
 CallbackHeaders = Annotated[
@@ -220,6 +223,10 @@ class SubmitBody(Body):
         for name, value in (("metadata", self.metadata), ("onTimeout", self.on_timeout)):
             if value is not None and _json_bytes(value) > MAX_JSON_BYTES:
                 raise ValueError(f"exceeds {MAX_JSON_BYTES} bytes as JSON - at `$.{name}`")
+        if self.ordering_key is not None and _CONTROL.search(self.ordering_key):
+            raise ValueError(
+                "holds an ASCII control character (U+0000 to U+001F, U+007F) - at `$.orderingKey`"
+            )
         if self.callback_headers and (wrong := callback_headers_problem(self.callback_headers)):
             raise ValueError(f"{wrong} - at `$.callbackHeaders`")
 
