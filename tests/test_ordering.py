@@ -9,9 +9,11 @@ receiver that fails at random and checks each key's receipts against commit orde
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,6 +24,7 @@ from aiohttp import web
 
 from hookrelay.client import AsyncClient, Client
 from hookrelay.outbox import complete_task
+from hookrelay.outbox.models import Task
 from hookrelay.outbox.ops.dead_letters import replay_one
 from hookrelay.outbox.store import delivery
 from hookrelay.outbox.store.delivery import ClaimedEvent, OutcomeRow
@@ -68,6 +71,18 @@ async def keyed_done(
             assert done.event_id is not None
             events.append(done.event_id)
     return events
+
+
+@contextlib.asynccontextmanager
+async def key_held_open(pool: asyncpg.Pool, tenant_id: str, key: str) -> AsyncIterator[Task]:
+    """A task of ``key`` completed by a writer whose transaction (holding the key) stays
+    open for the block and commits at its end: an executor completing inside its own."""
+    async with pool.acquire() as writer:
+        task, _ = await create_task(
+            writer, tenant_id, NewTask(type="t", callback_url=HOOK, ordering_key=key)
+        )
+        async with writer.transaction():
+            yield await complete_task(writer, task.id, "succeeded")
 
 
 async def waiting(pool: asyncpg.Pool) -> list[tuple[str, int | None, bool]]:
@@ -236,13 +251,7 @@ async def test_a_recorder_writes_an_outcome_whose_key_was_held_once_it_is_free(
     counters: Counter[str] = Counter()
     recorder = Recorder(pool, counters, batch_size=10, breaker=BreakerPolicy())
     running = asyncio.ensure_future(recorder.run())
-    async with pool.acquire() as writer:
-        task, _ = await create_task(
-            writer, tenant_id, NewTask(type="t", callback_url=HOOK, ordering_key="k")
-        )
-        tx = writer.transaction()
-        await tx.start()
-        done = await complete_task(writer, task.id, "succeeded")
+    async with key_held_open(pool, tenant_id, "k") as done:
         recorder.add(
             AttemptResult(
                 head, "delivered", attempted_at=datetime.now(UTC), duration_ms=1.0, status_code=204
@@ -250,7 +259,6 @@ async def test_a_recorder_writes_an_outcome_whose_key_was_held_once_it_is_free(
         )
         await eventually(lambda: counters["key_held"] > 0, 5, what="the outcome handed back")
         assert await pool.fetchval("SELECT count(*) FROM outbox WHERE id = $1", head.id) == 1
-        await tx.commit()
     await eventually(lambda: counters["delivered"] == 1, 5, what="the outcome written")
     await recorder.stop()
     await running
@@ -414,13 +422,7 @@ async def test_an_outcome_whose_key_a_writer_holds_waits_for_a_later_batch(pool,
     [head] = await claim(pool)
     free = await keyed_done(pool, tenant_id, None, 1)
     [other] = [e for e in await claim(pool) if e.event_id == free[0]]
-    async with pool.acquire() as writer:
-        task, _ = await create_task(
-            writer, tenant_id, NewTask(type="t", callback_url=HOOK, ordering_key="k")
-        )
-        tx = writer.transaction()
-        await tx.start()
-        done = await complete_task(writer, task.id, "succeeded")
+    async with key_held_open(pool, tenant_id, "k") as done:
         held: set[int] = set()
         now = datetime.now(UTC)
         both = [
@@ -440,7 +442,6 @@ async def test_an_outcome_whose_key_a_writer_holds_waits_for_a_later_batch(pool,
                 5,
             )
         assert (kept, held) == ({other.id}, {head.id})  # the unkeyed one went on
-        await tx.commit()
     assert await record(pool, [head], "delivered") == {head.id}
     assert await waiting(pool) == [(done.event_id, 2, True)]
     assert first == head.event_id
