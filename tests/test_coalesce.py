@@ -34,19 +34,25 @@ async def test_pokes_during_a_run_share_the_next_one() -> None:
     await c.stop()
 
 
-async def test_pokes_within_the_gathering_window_make_one_run() -> None:
-    runs: list[int] = []
+async def test_a_poke_after_a_quiet_spell_runs_at_once_and_a_stream_shares_one_run() -> None:
+    runs: list[float] = []
+    loop = asyncio.get_running_loop()
 
     async def work() -> None:
-        runs.append(1)
+        runs.append(loop.time())
 
-    c = Coalesced(work, name="test", gather_s=0.05)
-    for _ in range(5):
+    c = Coalesced(work, name="test", spacing_s=0.2)
+    poked = loop.time()
+    c.poke()
+    await eventually(lambda: runs)
+    assert runs[0] - poked < 0.1  # no wait before the first run
+    for _ in range(5):  # within the spacing: one more run, once it has passed
         c.poke()
         await asyncio.sleep(0.001)
-    await eventually(lambda: runs)
-    await asyncio.sleep(0.1)
-    assert runs == [1]
+    await eventually(lambda: len(runs) == 2)
+    await asyncio.sleep(0.3)
+    assert len(runs) == 2
+    assert runs[1] - runs[0] >= 0.2 - 0.01
     await c.stop()
 
 

@@ -519,3 +519,39 @@ async def test_stop_cancels_an_attempt_past_its_deadline_and_gives_the_row_back(
     assert (row["lease_token"] is None) is release_works and row["attempts"] == 0
     assert d.counters["released"] == int(release_works)
     assert await pool.fetchval("SELECT count(*) FROM delivery_attempts") == 0
+
+
+async def test_a_wake_with_its_lane_claims_without_reading_every_lane(
+    pool, runtime, receiver, monkeypatch
+) -> None:
+    """``serve``: the API hands its dispatcher each new event's lane; the claim goes
+    straight to that lane (one statement, not two). A hint that finds nothing due
+    drops out, and a look still reads every lane."""
+    tenant, [event_id] = await backlog(pool, runtime, receiver.url, 1)
+    host = await pool.fetchval("SELECT host FROM outbox WHERE event_id = $1", event_id)
+    reads: list[int] = []
+    real = delivery.due_lanes
+
+    async def counted(conn, *, upto):
+        reads.append(upto)
+        return await real(conn, upto=upto)
+
+    monkeypatch.setattr(delivery, "due_lanes", counted)
+    d = dispatcher(runtime, pool)
+    d._loop = asyncio.get_running_loop()
+    d._looked = False
+    d.wake((host, tenant.id))
+    await d._claim_round(look=False)
+    assert reads == [] and d.counters["claimed"] == 1
+    await receiver.wait_for(1)
+    assert receiver.event_ids() == [event_id]
+    # A lane with nothing due (another dispatcher took it): claimed from once, then
+    # forgotten, not claimed from again and again.
+    d.wake(("elsewhere.example", tenant.id))
+    await d._claim_round(look=False)
+    assert reads == [] and d._lanes == [] and not d._hinted
+    await d._claim_round(look=True)
+    assert len(reads) == 1
+    await d._drain()
+    await d.recorder.stop()
+    await d.recorder.run()

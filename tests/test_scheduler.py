@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 
-from hookrelay.outbox.dispatch.scheduler import Caps, InFlight, ahead, allocate, held_hosts
+from hookrelay.outbox.dispatch.scheduler import (
+    Caps,
+    InFlight,
+    ahead,
+    allocate,
+    held_hosts,
+    with_hints,
+)
 from hookrelay.outbox.models import CircuitState, TenantId
 from hookrelay.outbox.store.delivery import DueLane
 
@@ -190,3 +198,14 @@ def test_nothing_ahead_when_the_slots_could_serve_another_tenant() -> None:
     crowd = running(*((f"h{i}", "x", 20) for i in range(8)))
     lanes = [lane(f"h{i}", "x", due=60) for i in range(8)]
     assert sum(ahead_of(lanes, crowd, {}).values()) <= 180 - 160
+
+
+def test_hints_add_to_the_lanes_seen_and_bring_new_ones_due_now() -> None:
+    seen = [lane("a", "t1", due=3, age=5), lane("b", "t1", due=1, state="open")]
+    now = T0 + timedelta(seconds=1)
+    got = with_hints(seen, Counter({("a", "t1"): 2, ("c", "t2"): 1}), now)
+    assert got == [
+        lane("a", "t1", due=5, age=5),  # counted on, its age kept
+        lane("b", "t1", due=1, state="open"),  # untouched
+        DueLane("c", TenantId("t2"), now, 1, "closed"),
+    ]

@@ -9,6 +9,7 @@ import asyncpg
 import pytest
 
 from hookrelay.outbox.store import OUTBOX_CHANNEL, TASKS_CHANNEL, changes
+from hookrelay.outbox.tasks.state_changes import destination_host
 from tests.support import ADMIN, bearer, dispatcher, eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.processes]
@@ -20,7 +21,7 @@ async def test_a_completion_wakes_dispatchers_after_its_commit(client, dsn, pool
     key = bearer(tenant["apiKey"])
     app = client._transport.app
     local: list[int] = []
-    app.state.signals.wake_locally(lambda: local.append(1))
+    app.state.signals.wake_locally(lambda _lane: local.append(1))
     heard: list[tuple[str, int]] = []
     listener = await asyncpg.connect(dsn)
     for channel in (OUTBOX_CHANNEL, TASKS_CHANNEL):
@@ -85,7 +86,7 @@ async def test_a_wake_up_that_fails_does_not_fail_the_committed_write(client, ds
     tenant = (await client.post("/v1/admin/tenants", json={"name": "w"}, headers=ADMIN)).json()
     key = bearer(tenant["apiKey"])
 
-    def closed_loop() -> None:
+    def closed_loop(_lane: object) -> None:
         raise RuntimeError("Event loop is closed")
 
     client._transport.app.state.signals.wake_locally(closed_loop)
@@ -127,7 +128,10 @@ async def test_a_dispatcher_woken_directly_ignores_its_own_processs_notify(
         ).json()["id"]
         d._looked = False
         await client.post(f"/v1/tasks/{tid}/complete", json={"status": "succeeded"}, headers=ADMIN)
-        assert d._looked  # woken directly, at the commit
+        # Woken directly at the commit, with the event's lane: claimed from at once,
+        # no look at every lane first.
+        assert not d._looked
+        assert d._hinted == {(destination_host(HOOK), tenant["id"]): 1}
         await eventually(lambda: payloads == [signals.origin])
         d._looked = False
         d._notified(payloads[0])

@@ -55,8 +55,10 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from datetime import datetime
+from typing import TypeVar, cast
 
+from hookrelay.outbox.models import TenantId
 from hookrelay.outbox.store.delivery import ClaimedEvent, DueLane
 
 Lane = tuple[str, str]  # (host, tenant_id)
@@ -244,6 +246,21 @@ def still_due(
         if due > 0:
             left.append(replace(lane, due=due))
     return left
+
+
+def with_hints(lanes: Sequence[DueLane], hints: Counter[Lane], now: datetime) -> list[DueLane]:
+    """``lanes`` and the lanes new events were just committed on (``hints``: how many
+    each), as if a look had found them: due now, behind a closed circuit. A hint is
+    only a guess, and safe as one: the claim takes only what is due on a host whose
+    circuit is closed, and a lane that gives less than asked drops out (still_due)."""
+    merged = {(x.host, x.tenant_id): x for x in lanes}
+    for (host, tenant), n in hints.items():
+        seen = merged.get((host, tenant))
+        if seen is None:
+            merged[host, tenant] = DueLane(host, cast(TenantId, tenant), now, n, "closed")
+        else:
+            merged[host, tenant] = replace(seen, due=seen.due + n)
+    return list(merged.values())
 
 
 def held_hosts(lanes: Sequence[DueLane]) -> list[str]:

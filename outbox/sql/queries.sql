@@ -1517,6 +1517,17 @@ SELECT c.seq, c.changed_at,
 -- any lock, when the queue is empty.
 SELECT stream_tenant, stream_last_seq, numbered FROM number_task_changes($1);
 
+-- name: number_changes_and_wake
+-- number_changes, and in the same transaction NOTIFY $2 with payload $3: the
+-- dispatchers' wake-up after an API's commits of new events (notify_outbox says why
+-- outside the writers' transactions), sent with the numbering those commits ask for
+-- anyway, one round trip instead of two. The numberer notifies at this commit
+-- already, so the cluster-wide notify lock is taken no more often. One row, all
+-- NULL, when nothing was numbered.
+WITH woken AS (SELECT pg_notify($2, $3))
+SELECT n.stream_tenant, n.stream_last_seq, n.numbered
+  FROM woken LEFT JOIN number_task_changes($1) n ON true;
+
 -- name: changes_after
 -- One tenant's changes after seq $2, in seq (= commit) order (the primary key).
 {{_change_rows}}

@@ -25,6 +25,7 @@ CHANGES_CHANNEL = signals.CHANGES.channel
 NUMBER_BATCH = 5000
 
 _NUMBER_CHANGES = sql("number_changes")
+_NUMBER_CHANGES_AND_WAKE = sql("number_changes_and_wake")
 _CHANGES_AFTER = sql("changes_after")
 _TASK_CHANGES_AFTER = sql("task_changes_after")
 _STREAM_POSITION = sql("stream_position")
@@ -56,16 +57,23 @@ class Numbered:
     count: int
 
 
-async def number_pending(conn: asyncpg.Connection) -> list[Numbered]:
+async def number_pending(
+    conn: asyncpg.Connection, *, wake: tuple[str, str] | None = None
+) -> list[Numbered]:
     """Number every change committed so far; what each tenant got.
 
     Cheap when nothing waits (one index probe, no lock). Call it after a commit
     whose changes should reach the streams now, and before a read that must see
     every change committed before it (a stream's first position, a replay).
+    ``wake``: (channel, payload) of a NOTIFY sent with the first numbering.
     """
     numbered: list[Numbered] = []
     while True:
-        rows = await conn.fetch(_NUMBER_CHANGES, NUMBER_BATCH)
+        if wake is None:
+            rows = await conn.fetch(_NUMBER_CHANGES, NUMBER_BATCH)
+        else:
+            rows = await conn.fetch(_NUMBER_CHANGES_AND_WAKE, NUMBER_BATCH, *wake)
+            rows, wake = [r for r in rows if r[0] is not None], None
         numbered += [Numbered(r[0], r[1], r[2]) for r in rows]
         if sum(r[2] for r in rows) < NUMBER_BATCH:
             return numbered

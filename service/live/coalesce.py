@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Awaitable, Callable
 
 log = logging.getLogger("hookrelay.coalesce")
@@ -16,11 +17,14 @@ class Coalesced:
     next run, so a burst of pokes costs one or two runs, not one each."""
 
     def __init__(
-        self, work: Callable[[], Awaitable[None]], *, name: str, gather_s: float = 0.0
+        self, work: Callable[[], Awaitable[None]], *, name: str, spacing_s: float = 0.0
     ) -> None:
-        # gather_s: how long a run waits for more pokes before it starts, trading that
-        # much latency for fewer runs under a steady stream of pokes.
-        self._work, self._name, self._gather_s = work, name, gather_s
+        # spacing_s: runs start at least this far apart. A poke after a quiet spell runs
+        # at once; under a steady stream of pokes they share one run per spacing. Not a
+        # fixed wait before each run: at a few hundred pokes a second that timer was a
+        # wake-up of its own per poke, and each costs more than the run saves.
+        self._work, self._name, self._spacing_s = work, name, spacing_s
+        self._started = -math.inf  # when the last run started (loop time)
         self._again = False
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
@@ -31,9 +35,11 @@ class Coalesced:
             self._task = asyncio.create_task(self._run(), name=self._name)
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         while self._again and not self._stopped:
-            if self._gather_s:
-                await asyncio.sleep(self._gather_s)
+            if (wait := self._started + self._spacing_s - loop.time()) > 0:
+                await asyncio.sleep(wait)
+            self._started = loop.time()
             self._again = False
             try:
                 await self._work()

@@ -40,9 +40,10 @@ RETRY_S = 1.0  # after a failed read
 # While it has subscribers, the hub numbers what is queued this often even unasked:
 # the floor for writers that neither run in an API process nor send a hint.
 TICK_S = 1.0
-# Commits that arrive within this long of each other are numbered together: at
-# thousands of writes a second, one numbering per few writes, not one each.
-NUMBER_GATHER_S = 0.002
+# Numberings start at least this far apart: at thousands of writes a second, one
+# numbering per few writes, not one each; a commit after a quiet spell is numbered
+# at once.
+NUMBER_SPACING_S = 0.002
 
 
 class TooManyStreams(ApiError):
@@ -76,9 +77,10 @@ class StreamHub:
         self._pool: asyncpg.Pool | None = None
         self._closing = False
         self._numbering = Coalesced(
-            self._number, name="hookrelay-stream-number", gather_s=NUMBER_GATHER_S
+            self._number, name="hookrelay-stream-number", spacing_s=NUMBER_SPACING_S
         )
         self._ticking: asyncio.Task[None] | None = None
+        self._wake: tuple[str, str] | None = None  # sent with the next numbering
         self._listener = Listener(
             dsn,
             {CHANGES_CHANNEL: self._notified, TASKS_CHANNEL: lambda _: self.number_soon()},
@@ -222,19 +224,30 @@ class StreamHub:
             raise RuntimeError("StreamHub.start() was not called")
         return self._pool
 
-    def number_soon(self) -> None:
+    def number_soon(self, *, wake: tuple[str, str] | None = None) -> None:
         """Changes were committed: number them now, then hand them out.
 
         Calls made while a numbering runs share the next one, so a burst of
-        commits costs one or two numberings, not one each.
+        commits costs one or two numberings, not one each. ``wake``: a NOTIFY
+        (channel, payload) to send with that numbering (``Signals``: the
+        dispatchers' wake-up), once for all the calls it serves.
         """
+        if wake is not None:
+            self._wake = wake
         if self._pool is not None:
             self._numbering.poke()
 
     async def _number(self) -> None:
-        # A failure is retried by Coalesced; the queue keeps the changes meanwhile.
-        async with self._pool_().acquire() as conn:
-            numbered = await changes.number_pending(conn)
+        # A failure is retried by Coalesced; the queue keeps the changes meanwhile,
+        # and the wake-up waits with them.
+        wake, self._wake = self._wake, None
+        try:
+            async with self._pool_().acquire() as conn:
+                numbered = await changes.number_pending(conn, wake=wake)
+        except BaseException:
+            if self._wake is None:
+                self._wake = wake
+            raise
         # This process's subscribers need not wait for the NOTIFY to come back.
         for n in numbered:
             self._advanced(n.tenant_id, n.last_seq)

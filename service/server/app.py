@@ -66,7 +66,7 @@ def create_app(
         app.state.watcher = TaskWatcher(runtime.listen_dsn)
         await app.state.watcher.start()
         await app.state.hub.start(app.state.pool)
-        app.state.signals = signals = Signals(app.state.pool, app.state.hub, app.state.watcher)
+        app.state.signals = signals = Signals(app.state.hub, app.state.watcher)
         app.state.key_revocations = keys = revocations(runtime.listen_dsn, app.state.key_cache)
         await keys.start()
         try:

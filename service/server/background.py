@@ -115,9 +115,9 @@ def dispatcher_background(
             if dispatcher is None or loop is None:
                 raise thread.error or RuntimeError("the dispatcher did not start")
 
-            def wake() -> None:
+            def wake(lane: tuple[str, str] | None) -> None:
                 if not loop.is_closed():
-                    loop.call_soon_threadsafe(dispatcher.wake)
+                    loop.call_soon_threadsafe(dispatcher.wake, lane)
 
             dispatcher.woken_by = signals.origin
             signals.wake_locally(wake)

@@ -12,8 +12,10 @@ from starlette.routing import Route
 
 from hookrelay.outbox import tasks as outbox_tasks
 from hookrelay.outbox import tracing
+from hookrelay.outbox.errors import InvalidCallbackUrl
 from hookrelay.outbox.models import Task
 from hookrelay.outbox.tasks import Idempotency, NewTask, get_task
+from hookrelay.outbox.tasks.state_changes import destination_host
 from hookrelay.service.api import listing, shapes, validation
 from hookrelay.service.api.auth import Caller, caller, require_admin, require_tenant
 from hookrelay.service.api.bodies import answer, read_body, read_query
@@ -176,8 +178,19 @@ async def cancel(request: Request) -> Response:
 
 
 def _answer(request: Request, task: Task) -> Response:
-    request.app.state.signals.committed(task.id, event=task.terminal)
+    request.app.state.signals.committed(task.id, event=task.terminal, lane=_lane(task))
     return task_response(task)
+
+
+def _lane(task: Task) -> tuple[str, str] | None:
+    """The lane of ``task``'s new event, for this process's dispatcher to claim from at
+    once; None (it looks at every lane) if there is no event or its URL has no key."""
+    if not task.terminal:
+        return None
+    try:
+        return destination_host(task.callback_url), task.tenant_id
+    except InvalidCallbackUrl:
+        return None
 
 
 async def deliveries(request: Request) -> Response:
