@@ -253,7 +253,7 @@ def with_hints(lanes: Sequence[DueLane], hints: Counter[Lane], now: datetime) ->
     each), as if a look had found them: due now, behind a closed circuit. A hint is
     only a guess, and safe as one: the claim takes only what is due on a host whose
     circuit is closed, and a lane that gives less than asked drops out (still_due)."""
-    merged = {(x.host, x.tenant_id): x for x in lanes}
+    merged: dict[Lane, DueLane] = {(x.host, x.tenant_id): x for x in lanes}
     for (host, tenant), n in hints.items():
         seen = merged.get((host, tenant))
         if seen is None:

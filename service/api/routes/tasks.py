@@ -12,10 +12,10 @@ from starlette.routing import Route
 
 from hookrelay.outbox import tasks as outbox_tasks
 from hookrelay.outbox import tracing
+from hookrelay.outbox.destinations import host_key
 from hookrelay.outbox.errors import InvalidCallbackUrl
 from hookrelay.outbox.models import Task
 from hookrelay.outbox.tasks import Idempotency, NewTask, get_task
-from hookrelay.outbox.tasks.state_changes import destination_host
 from hookrelay.service.api import listing, shapes, validation
 from hookrelay.service.api.auth import Caller, caller, require_admin, require_tenant
 from hookrelay.service.api.bodies import answer, read_body, read_query
@@ -188,7 +188,7 @@ def _lane(task: Task) -> tuple[str, str] | None:
     if not task.terminal:
         return None
     try:
-        return destination_host(task.callback_url), task.tenant_id
+        return host_key(task.callback_url), task.tenant_id
     except InvalidCallbackUrl:
         return None
 
