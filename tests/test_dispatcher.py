@@ -540,18 +540,21 @@ async def test_a_wake_with_its_lane_claims_without_reading_every_lane(
     d = dispatcher(runtime, pool)
     d._loop = asyncio.get_running_loop()
     d._looked = False
-    d.wake((host, tenant.id))
-    await d._claim_round(look=False)
-    assert reads == [] and d.counters["claimed"] == 1
-    await receiver.wait_for(1)
-    assert receiver.event_ids() == [event_id]
-    # A lane with nothing due (another dispatcher took it): claimed from once, then
-    # forgotten, not claimed from again and again.
-    d.wake(("elsewhere.example", tenant.id))
-    await d._claim_round(look=False)
-    assert reads == [] and d._lanes == [] and not d._hinted
-    await d._claim_round(look=True)
-    assert len(reads) == 1
-    await d._drain()
-    await d.recorder.stop()
-    await d.recorder.run()
+    try:
+        d.wake((host, tenant.id))
+        await d._claim_round(look=False)
+        assert reads == [] and d.counters["claimed"] == 1
+        await receiver.wait_for(1)
+        assert receiver.event_ids() == [event_id]
+        # A lane with nothing due (another dispatcher took it): claimed from once, then
+        # forgotten, not claimed from again and again.
+        d.wake(("elsewhere.example", tenant.id))
+        await d._claim_round(look=False)
+        assert reads == [] and d._lanes == [] and not d._hinted
+        await d._claim_round(look=True)
+        assert len(reads) == 1
+    finally:
+        await d._drain()
+        await d.recorder.stop()
+        await d.recorder.run()
+        await d.sender.aclose()
