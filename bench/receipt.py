@@ -266,30 +266,42 @@ async def main() -> None:
     p.add_argument("--seconds", type=float, default=10)
     p.add_argument("--modes", default="serve,split")
     p.add_argument("--generators", default="commit,open")
+    p.add_argument(
+        "--submitted",
+        action="store_true",
+        help="submit the measured tasks through the API first, at the same rate, and "
+        "add the CPU per submit (the task's whole life, as bench quick measures it)",
+    )
     args = p.parse_args()
     generators = args.generators.split(",")
     rates = [float(r) for r in args.rates.split(",")]
     modes = args.modes.split(",")
     lines = [
         "| rate offered | what | generator | delivered | p50 / p99 / max ms "
-        "| CPU per completion, µs |",
-        "|---|---|---|---|---|---|",
+        "| CPU per completion, µs |" + (" CPU per submit, µs |" if args.submitted else ""),
+        "|---|---|---|---|---|---|" + ("---|" if args.submitted else ""),
     ]
+    extra = " |" if args.submitted else ""
     for rate in rates:
         base = bare(rate, args.seconds)
         lines.append(
             f"| {rate:,.0f}/s ({base.offered:,.0f}) | bare POST to the receiver | send→receipt | "
-            f"{base.delivered:,} | {base.row()} | |"
+            f"{base.delivered:,} | {base.row()} | |{extra}"
         )
         for mode in modes:
             for generator in generators:
                 got = await through_hookrelay(
-                    mode, rate, args.seconds, open_loop=generator == "open"
+                    mode,
+                    rate,
+                    args.seconds,
+                    open_loop=generator == "open",
+                    submitted=args.submitted,
                 )
                 what = "`serve`" if mode == "serve" else "`api` + `dispatch`"
                 lines.append(
                     f"| {rate:,.0f}/s ({got.offered:,.0f}) | {what} | {GENERATORS[generator]} | "
                     f"{got.delivered:,} of {got.sent:,} | {got.row()} | {got.cpu_us:,.0f} |"
+                    + (f" {got.submit_cpu_us:,.0f} |" if args.submitted else "")
                 )
                 print(lines[-1], flush=True)
     table = "\n".join(lines) + "\n"
@@ -297,6 +309,7 @@ async def main() -> None:
     record(
         "receipt: complete→receipt through the API",
         f"python -m bench receipt --rates {args.rates} --seconds {args.seconds:g} "
-        f"--modes {args.modes} --generators {args.generators}",
+        f"--modes {args.modes} --generators {args.generators}"
+        + (" --submitted" if args.submitted else ""),
         table,
     )
