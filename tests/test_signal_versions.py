@@ -16,7 +16,7 @@ import asyncpg
 import pytest
 
 from hookrelay.outbox import complete_task
-from hookrelay.outbox.store import changes, events, signals, tenants
+from hookrelay.outbox.store import OUTBOX_CHANNEL, changes, signals, tenants
 from hookrelay.outbox.store.migrations import migrations
 from hookrelay.outbox.tasks.submit import NewTask, create_task
 from hookrelay.outbox.tenants import create_tenant
@@ -67,8 +67,8 @@ async def test_what_this_release_sends_is_what_0_1_0_reads(dsn, pool, runtime) -
             tenant = await create_tenant(conn, "acme", runtime.secret_box)
             task, _ = await create_task(conn, tenant.id, NewTask("t", "http://127.0.0.1:9/h"))
             await complete_task(conn, task.id, "succeeded")  # an executor's, notifying
-            await changes.number_pending(conn)
-            await events.notify_outbox(conn)  # the API's, after its commits
+            # The API's, after its commits: with the numbering they ask for.
+            await changes.number_pending(conn, wake=(OUTBOX_CHANNEL, ""))
             await tenants.replace_api_key(conn, tenant_id=tenant.id, api_key_hash=b"\x01" * 32)
         await eventually(lambda: {ch for ch, _ in heard} == set(PREVIOUS_RELEASE))
     finally:

@@ -562,14 +562,6 @@ SELECT body FROM events WHERE event_id = $1;
 -- $2 and $3: the outbox and task channels (named once, in hookrelay.outbox.store).
 SELECT pg_notify($2, ''), pg_notify($3, $1);
 
--- name: notify_outbox
--- Sent by the API after its own commit, on its own (autocommit) statement: the
--- writers' transactions then send no NOTIFY, and so never queue on the lock that
--- serialises notifying commits across the cluster. One per burst of commits. The
--- payload $2 names the sending process: its own dispatcher, woken directly at each
--- commit, need not look again.
-SELECT pg_notify($1, $2);
-
 -- name: idempotency_lock
 -- Non-blocking: a second request with the same key while the first is still in
 -- its transaction gets "in flight" (409) rather than queueing behind it.
@@ -1519,11 +1511,13 @@ SELECT stream_tenant, stream_last_seq, numbered FROM number_task_changes($1);
 
 -- name: number_changes_and_wake
 -- number_changes, and in the same transaction NOTIFY $2 with payload $3: the
--- dispatchers' wake-up after an API's commits of new events (notify_outbox says why
--- outside the writers' transactions), sent with the numbering those commits ask for
--- anyway, one round trip instead of two. The numberer notifies at this commit
--- already, so the cluster-wide notify lock is taken no more often. One row, all
--- NULL, when nothing was numbered.
+-- dispatchers' wake-up after an API's commits of new events, one per burst. Sent
+-- after those commits, not in them: the writers' transactions send no NOTIFY, and so
+-- never queue on the lock that serialises notifying commits across the cluster. Sent
+-- with the numbering those commits ask for anyway: one round trip, not two, and the
+-- numberer notifies at this commit already, so that lock is taken no more often.
+-- The payload names the sending process: its own dispatcher, woken directly at each
+-- commit, need not look again. One row, all NULL, when nothing was numbered.
 WITH woken AS (SELECT pg_notify($2, $3))
 SELECT n.stream_tenant, n.stream_last_seq, n.numbered
   FROM woken LEFT JOIN number_task_changes($1) n ON true;

@@ -19,7 +19,6 @@ TASKS_CHANNEL = signals.TASKS.channel
 
 _INSERT_OUTBOX = sql("insert_outbox")
 _NOTIFY = sql("notify")
-_NOTIFY_OUTBOX = sql("notify_outbox")
 _REQUEUE_EVENTS = sql("requeue_events")
 _ATTEMPTS = sql("attempts")
 _EVENT_ATTEMPTS = sql("event_attempts")
@@ -83,13 +82,6 @@ async def notify(conn: asyncpg.Connection, *, task_id: str = "") -> None:
     """As :func:`notify_step`, on an asyncpg connection."""
     step = notify_step(task_id=task_id)
     await conn.execute(step.sql, *step.args)
-
-
-async def notify_outbox(conn: asyncpg.Connection, *, origin: str = "") -> None:
-    """Wake every dispatcher now: on a connection outside the transaction that
-    wrote the events, once that has committed. ``origin`` names the sending process
-    (its dispatcher, woken directly, ignores it); empty: every dispatcher looks."""
-    await conn.execute(_NOTIFY_OUTBOX, OUTBOX_CHANNEL, origin)
 
 
 @dataclass(frozen=True, slots=True)

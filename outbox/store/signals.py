@@ -24,8 +24,9 @@ formats 0.1.0 sends and understands (tests/test_signal_versions.py pins them;
 tests/test_upgrade.py runs 0.1.0's processes beside these):
 
 - ``outbox``: payload empty (any payload is ignored). Sent by the API after its
-  commits (``notify_outbox``), by an executor's completion at commit (``notify``)
-  and by the console closing a circuit. Heard by dispatchers: claim now.
+  commits (with their numbering, ``number_changes_and_wake``), by an executor's
+  completion at commit (``notify``) and by the console closing a circuit. Heard by
+  dispatchers: claim now.
 - ``tasks``: payload one task id (empty: none). Sent by executors' transactions
   at commit (``notify``, ``notify_task``). Heard by long polls (wake that task's
   waiters) and stream hubs (number the change queue now).

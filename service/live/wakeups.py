@@ -26,6 +26,9 @@ import logging
 import secrets
 from collections.abc import Callable
 
+from hookrelay.outbox.destinations import host_key
+from hookrelay.outbox.errors import InvalidCallbackUrl
+from hookrelay.outbox.models import Task
 from hookrelay.outbox.store import OUTBOX_CHANNEL
 from hookrelay.service.live import StreamHub
 from hookrelay.service.live.long_poll import TaskWatcher
@@ -48,20 +51,21 @@ class Signals:
         with its lane (destination host, tenant id) when known."""
         self._local.append(callback)
 
-    def committed(
-        self, task_id: str, *, event: bool = False, lane: tuple[str, str] | None = None
-    ) -> None:
-        """A change of ``task_id`` has committed; ``event``: with a new outbox event,
-        on ``lane`` (destination host, tenant id) if given.
+    def committed(self, task: Task) -> None:
+        """A change of ``task`` has committed (a terminal one: with a new outbox event).
 
         Never raises: the write is committed, and a failed wake-up only makes a
         waiter find it at its next poll.
         """
-        self._watcher.notify(task_id)
-        if not event:
+        self._watcher.notify(task.id)
+        if not task.terminal:
             self._hub.number_soon()
             return
-        self._hub.number_soon(wake=(OUTBOX_CHANNEL, self.origin if self._local else ""))
+        if not self._local:
+            self._hub.number_soon(wake=(OUTBOX_CHANNEL, ""))
+            return
+        self._hub.number_soon(wake=(OUTBOX_CHANNEL, self.origin))
+        lane = _lane(task)
         for wake in self._local:
             try:
                 wake(lane)
@@ -70,3 +74,12 @@ class Signals:
 
     async def stop(self) -> None:
         """Nothing of its own runs: the hub's numbering sends the last wake-up."""
+
+
+def _lane(task: Task) -> tuple[str, str] | None:
+    """The lane of ``task``'s new event, for this process's dispatcher to claim from at
+    once; None (it looks at every lane) if the URL has no destination key."""
+    try:
+        return host_key(task.callback_url), task.tenant_id
+    except InvalidCallbackUrl:
+        return None

@@ -12,8 +12,6 @@ from starlette.routing import Route
 
 from hookrelay.outbox import tasks as outbox_tasks
 from hookrelay.outbox import tracing
-from hookrelay.outbox.destinations import host_key
-from hookrelay.outbox.errors import InvalidCallbackUrl
 from hookrelay.outbox.models import Task
 from hookrelay.outbox.tasks import Idempotency, NewTask, get_task
 from hookrelay.service.api import listing, shapes, validation
@@ -59,7 +57,7 @@ async def submit(request: Request) -> Response:
     task, created = await state.writes.submit(tenant_id, spec, idem)
     headers = {"Location": f"/v1/tasks/{task.id}"}
     if created:
-        request.app.state.signals.committed(task.id)
+        request.app.state.signals.committed(task)
     else:
         headers["Idempotent-Replayed"] = "true"
     return task_response(task, 202, headers)
@@ -178,19 +176,8 @@ async def cancel(request: Request) -> Response:
 
 
 def _answer(request: Request, task: Task) -> Response:
-    request.app.state.signals.committed(task.id, event=task.terminal, lane=_lane(task))
+    request.app.state.signals.committed(task)
     return task_response(task)
-
-
-def _lane(task: Task) -> tuple[str, str] | None:
-    """The lane of ``task``'s new event, for this process's dispatcher to claim from at
-    once; None (it looks at every lane) if there is no event or its URL has no key."""
-    if not task.terminal:
-        return None
-    try:
-        return host_key(task.callback_url), task.tenant_id
-    except InvalidCallbackUrl:
-        return None
 
 
 async def deliveries(request: Request) -> Response:
