@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import httpx
 import pytest
 
-from hookrelay.service.server.event_loop import run
+from hookrelay.service.server.event_loop import run, uvicorn_config
 from tests.support import bearer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.processes]
@@ -65,6 +66,7 @@ async def strict_api(runtime, dsn):
         header_timeout_s="1",
         body_timeout_s="1",
         max_connections="20",
+        keep_alive_s="1.5",
         workers="1",
     )
     proc = await start("api", env)
@@ -93,6 +95,39 @@ def _status(raw: bytes) -> int:
 
 async def test_idle_connection_is_closed(strict_api: int) -> None:
     assert await _exchange(strict_api, b"") == b""  # closed, not held open
+
+
+async def test_keep_alive_holds_an_idle_connection_for_its_setting(strict_api: int) -> None:
+    """Between requests a connection stays open for HOOKRELAY_KEEP_ALIVE_S (1.5 s here),
+    then the server closes it."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", strict_api)
+    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    try:
+        for idle_s in (0.0, 0.7):  # the second request after an idle spell under the limit
+            await asyncio.sleep(idle_s)
+            writer.write(request)
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            assert _status(head) == 200, head
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            await reader.readexactly(length)
+        started = time.monotonic()
+        assert await asyncio.wait_for(reader.read(), 10) == b""  # then closed by the server
+        assert 1.0 < time.monotonic() - started < 5.0
+    finally:
+        writer.close()
+
+
+def test_keep_alive_outlasts_common_clients_idle_expiry() -> None:
+    """The client must be the side that closes an idle connection: a request it sends
+    just as the server closes is lost to a reset (httpx's pool keeps idle connections
+    5 s, as uvicorn's default keep-alive did). Beyond a load balancer's 60 s too."""
+    from hookrelay.service.server.event_loop import ConnectionLimits
+    from hookrelay.service.server.settings import Settings
+
+    expiry = httpx.Limits().keepalive_expiry
+    assert expiry is not None and Settings().keep_alive_s > max(60.0, expiry)
+    assert ConnectionLimits().keep_alive_s == Settings().keep_alive_s
+    assert uvicorn_config(None, host="127.0.0.1", port=0).timeout_keep_alive == 75.0
 
 
 async def test_trickled_headers_get_408(strict_api: int) -> None:

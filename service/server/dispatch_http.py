@@ -125,6 +125,7 @@ async def run_beside(
         limits=serving.ConnectionLimits(
             header_timeout_s=settings.header_timeout_s,
             body_timeout_s=settings.body_timeout_s,
+            keep_alive_s=settings.keep_alive_s,
             max_connections=MAX_CONNECTIONS,
         ),
     )

@@ -29,6 +29,7 @@ class ConnectionLimits:
 
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
+    keep_alive_s: float = 75.0
     max_connections: int = 1000
     max_header_bytes: int = MAX_HEADER_BYTES
     # WebSocket protocol pings: a client that has not answered one within another
@@ -91,6 +92,7 @@ def uvicorn_config(
         lifespan="on",
         # Nothing here reads the client address, so X-Forwarded-* need not be parsed.
         proxy_headers=False,
+        timeout_keep_alive=limits.keep_alive_s,  # type: ignore[arg-type]
         timeout_graceful_shutdown=graceful_s,
         ws_max_size=WS_MAX_BYTES,
         # permessage-deflate keeps a zlib compressor and decompressor per socket for

@@ -117,6 +117,7 @@ async def run_api(
     limits = serving.ConnectionLimits(
         header_timeout_s=settings.header_timeout_s,
         body_timeout_s=settings.body_timeout_s,
+        keep_alive_s=settings.keep_alive_s,
         max_connections=serving.descriptor_cap(settings.max_connections, reserve + 64),
         ws_ping_s=settings.ws_ping_s,
     )

@@ -341,6 +341,16 @@ class Settings:
         Seconds,
         doc("the body must arrive within this of the headers, else 408 and close", gt=0),
     ] = 30.0
+    keep_alive_s: Annotated[
+        Seconds,
+        doc(
+            "an idle keep-alive connection is closed after this long between requests. "
+            "Longer than clients' own idle expiry (httpx and Node 5 s, aiohttp 15 s) and "
+            "than a load balancer's (60 s on AWS's): the side that closes first must be "
+            "the client, or a request it sends as the server closes is lost to a reset",
+            gt=0,
+        ),
+    ] = 75.0
     max_connections: Annotated[
         int,
         doc(
