@@ -19,16 +19,18 @@ from __future__ import annotations
 import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import aiohttp
-import httpx
 
 from hookrelay.outbox.egress.dns import DNS_TIMEOUT_S, AiohttpResolver, Resolver
 from hookrelay.outbox.egress.local_faults import as_local_fault
 from hookrelay.outbox.egress.proxy import EgressProxy
 from hookrelay.outbox.egress.ssrf import AddressPolicy, GuardedConnector, blocked_reason
 from hookrelay.outbox.errors import BlockedDestination, LocalFault, TransportError
+
+if TYPE_CHECKING:  # imported by HttpxSender alone: every process that starts would pay it
+    import httpx
 
 USER_AGENT = "hookrelay/0.1 (+https://www.standardwebhooks.com)"
 
@@ -146,6 +148,8 @@ class HttpxSender:
         self.client = client
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str], cap: int) -> Reply:
+        import httpx
+
         try:
             async with self.client.stream(
                 "POST", url, content=body, headers=dict(headers), follow_redirects=False

@@ -27,7 +27,6 @@ from hookrelay.service.cli import failures, listen
 from hookrelay.service.cli import tenants as tenants_cli
 from hookrelay.service.server import event_loop as serving
 from hookrelay.service.server import logs
-from hookrelay.service.server import processes as commands
 from hookrelay.service.server.open_database import open_database
 from hookrelay.service.server.prerequisites import Runtime, absolute, open_dsn, prepare
 from hookrelay.service.server.settings import Settings
@@ -209,6 +208,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = _settings(args)
         _configure_logs(args, settings)
+        if args.command in SERVICES:
+            # Only the services import the server's parts (the API and its templates, the
+            # dispatcher's run): a one-shot command does without them.
+            from hookrelay.service.server import processes as commands
         if args.command in {"serve", "api"}:
             serving.run(commands.serve(settings, with_dispatcher=args.command == "serve"))
         elif args.command == "dispatch":

@@ -15,12 +15,14 @@ import signal
 import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from aiohttp import web
 
 from hookrelay.service.cli.listen_verify import Verdict, verifier_from_args
+
+if TYPE_CHECKING:  # imported when listening: every other command of the CLI would pay it
+    import httpx
 
 # Headers a receiver needs to verify again; hop-by-hop ones are not passed on.
 FORWARDED_HEADERS = ("content-type", "webhook-id", "webhook-timestamp", "webhook-signature")
@@ -97,6 +99,8 @@ class Listener:
             return Answer(self.status, "(--status)")
         if self.forward is None:
             return Answer(204, "")
+        import httpx
+
         sent = {k: v for k, v in headers.items() if k in FORWARDED_HEADERS}
         try:
             r = await self.client.post(self.forward, content=body, headers=sent)
@@ -112,6 +116,8 @@ def _indent(text: str) -> str:
 
 async def serve(args: argparse.Namespace) -> None:
     """Listen until SIGINT or SIGTERM."""
+    import httpx
+
     async with httpx.AsyncClient(timeout=10, trust_env=False) as client:
         listener = Listener(args, client)
         app = web.Application(client_max_size=16 * 1024 * 1024)
