@@ -208,16 +208,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = _settings(args)
         _configure_logs(args, settings)
-        if args.command in SERVICES:
-            # Only the services import the server's parts (the API and its templates, the
-            # dispatcher's run): a one-shot command does without them.
-            from hookrelay.service.server import processes as commands
-        if args.command in {"serve", "api"}:
-            serving.run(commands.serve(settings, with_dispatcher=args.command == "serve"))
-        elif args.command == "dispatch":
+        if args.command not in SERVICES:
+            return _one_shot(args, settings)
+        # Only the services import the server's parts (the API and its templates, the
+        # dispatcher's run): a one-shot command does without them.
+        from hookrelay.service.server import processes as commands
+
+        if args.command == "dispatch":
             serving.run(commands.dispatch(settings))
         else:
-            return _one_shot(args, settings)
+            serving.run(commands.serve(settings, with_dispatcher=args.command == "serve"))
     except KeyboardInterrupt:
         return 0
     except BrokenPipeError:

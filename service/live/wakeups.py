@@ -61,19 +61,15 @@ class Signals:
         if not task.terminal:
             self._hub.number_soon()
             return
+        self._hub.number_soon(wake=(OUTBOX_CHANNEL, self.origin if self._local else ""))
         if not self._local:
-            self._hub.number_soon(wake=(OUTBOX_CHANNEL, ""))
             return
-        self._hub.number_soon(wake=(OUTBOX_CHANNEL, self.origin))
         lane = _lane(task)
         for wake in self._local:
             try:
                 wake(lane)
             except Exception as exc:  # e.g. that dispatcher's loop has closed
                 log.warning("could not wake a local dispatcher: %s", exc)
-
-    async def stop(self) -> None:
-        """Nothing of its own runs: the hub's numbering sends the last wake-up."""
 
 
 def _lane(task: Task) -> tuple[str, str] | None:

@@ -76,7 +76,6 @@ def create_app(
                 yield
         finally:
             log.info("group commit: %s", app.state.writes.counters())
-            await signals.stop()
             await keys.stop()
             await app.state.hub.stop()
             await app.state.submit_resolver.close()
