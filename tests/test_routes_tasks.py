@@ -41,6 +41,62 @@ async def test_submit_returns_202_with_location(client, tenant) -> None:
     }
 
 
+# A submit of every optional field, each filled.
+FULL_SUBMIT: dict[str, Any] = {
+    "metadata": {"order": "A-1", "tags": ["x", "y"], "n": 1.5},
+    "timeoutSeconds": 60.123457,
+    "heartbeatTimeoutSeconds": 12.5,
+    "onTimeout": {"result": {"decision": "rejected"}, "error": {"code": "late"}},
+    "callbackHeaders": {"x-api-key": "k-1", "x-team": "blue"},
+    "orderingKey": "customer-9",
+}
+
+
+@pytest.mark.parametrize("extra", [{}, FULL_SUBMIT], ids=["bare", "every-field"])
+async def test_submit_answers_the_task_as_a_read_shows_it(client, tenant, extra) -> None:
+    # The submit's statement returns only the new row's clock; the answer is built from
+    # the submit and the table's defaults. It must be what a read of the task returns.
+    headers = {
+        **bearer(tenant["apiKey"]),
+        "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    }
+    body = {"type": "render", "callbackUrl": HOOK, "input": {"n": 1, "s": "é"}, **extra}
+    r = await client.post("/v1/tasks", json=body, headers=headers)
+    assert r.status_code == 202, r.text
+    read = await client.get(r.headers["location"], headers=bearer(tenant["apiKey"]))
+    assert r.json() == read.json()
+    assert r.headers["etag"] == read.headers["etag"]
+
+
+async def test_a_burst_of_submits_each_answers_its_own_task(client, tenant) -> None:
+    # One statement writes the burst (group commit); each answer is its own row's, the
+    # keyed repeats answer the first of their key, and each equals a read of it.
+    def body(i: int) -> dict[str, Any]:
+        extra = FULL_SUBMIT if i % 3 == 0 else {"metadata": {"i": i}}
+        return {"type": f"t{i}", "callbackUrl": HOOK, "input": {"i": i}, **extra}
+
+    def headers(i: int) -> dict[str, str]:
+        h = bearer(tenant["apiKey"])
+        return {**h, "Idempotency-Key": f"k{i % 5}"} if i % 2 else h
+
+    responses = await asyncio.gather(
+        *(client.post("/v1/tasks", json=body(i), headers=headers(i)) for i in range(30))
+    )
+    for i, r in enumerate(responses):
+        if r.status_code == 409:  # a keyed repeat while its first was in flight
+            assert i % 2 and r.json()["error"]["code"] == "idempotency_in_flight"
+            continue
+        assert r.status_code in (202, 422), r.text
+        if r.status_code == 422:  # the key's first submit had another body
+            assert r.json()["error"]["code"] == "idempotency_key_reused"
+            continue
+        task = r.json()
+        if "idempotent-replayed" not in r.headers:
+            assert task["type"] == f"t{i}" and task["input"] == {"i": i}
+        read = await client.get(f"/v1/tasks/{task['id']}", headers=bearer(tenant["apiKey"]))
+        assert task == read.json()
+
+
 async def test_get_etag_and_304(client, tenant) -> None:
     task = (await submit(client, tenant["apiKey"])).json()
     r = await client.get(f"/v1/tasks/{task['id']}", headers=bearer(tenant["apiKey"]))

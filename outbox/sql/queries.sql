@@ -163,31 +163,36 @@ SELECT t.signature_scheme, s.scheme, s.public_key, s.created_at, s.expires_at
 -- Submits, one or many, in ONE statement: hookrelay's API coalesces the submits that
 -- arrive together (hookrelay.outbox.tasks.group_commit), so that a burst of them
 -- shares one round trip and one commit; an executor's create_task sends a batch of
--- one inside its own transaction. Each array holds one value per submit, in order:
--- $1 task ids, $2 tenants, $3 types, $4 inputs, $6 metadata and $9 onTimeout as JSON
--- text (cast here, so no connection needs a jsonb codec), $5 callback URLs, $7 and $8
--- timeoutSeconds and heartbeatTimeoutSeconds, $10 the URL's destination key
--- (hookrelay.outbox.destinations; NULL: none kept), $11 the sealed callback headers
--- and $12 their names joined by commas (HTTP header names hold none), $13 and $14
--- an Idempotency-Key and its request hash, $15 and $16 the submitter's W3C trace
--- context (traceparent, tracestate; checked by the caller), $17 its orderingKey. NULL
--- where a submit has none of a thing.
+-- one inside its own transaction. $1 is one JSON array, an object per submit, in
+-- order (hookrelay.outbox.store.tasks encodes it): one parameter however many rows,
+-- encoded in one call, where an array per column cost the driver a conversion per
+-- value. Its keys: id, tenant_id, type, input, callback_url, metadata, on_timeout
+-- (JSON values), timeout_s and heartbeat_timeout_s (timeoutSeconds and
+-- heartbeatTimeoutSeconds), host (the URL's destination key,
+-- hookrelay.outbox.destinations; absent: none kept), sealed (the sealed callback
+-- headers, base64) and header_names (their names joined by commas: HTTP header names
+-- hold none), idem_key and idem_hash (an Idempotency-Key and its request hash,
+-- base64), traceparent and tracestate (the submitter's W3C trace context, checked by
+-- the caller), ordering_key (its orderingKey). Absent or null where a submit has none
+-- of a thing. Text, cast here, so no connection needs a jsonb codec.
 -- A keyed submit takes its key's advisory lock for the rest of the transaction, as
 -- every writer of a key does; one held elsewhere (a submit with the same key still
 -- in its transaction) makes that submit "in flight" and writes nothing for it. A key
 -- already stored writes nothing either (ON CONFLICT, which sees keys committed after
 -- this statement's snapshot too): the caller then reads the stored one. The other
 -- submits of the statement are written either way. Each row back is one submit, by
--- its task id: the task's columns when it was written, else NULL.
+-- its task id, with what only the database knows of a new task (its clock): the
+-- caller has the rest. created_at NULL: nothing was written for it.
 WITH n AS MATERIALIZED (
-    SELECT *
-      FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-                  $7::float8[], $8::float8[], $9::text[], $10::text[], $11::bytea[],
-                  $12::text[], $13::text[], $14::bytea[], $15::text[], $16::text[],
-                  $17::text[])
-        AS n(id, tenant_id, type, input, callback_url, metadata, timeout_s,
-             heartbeat_timeout_s, on_timeout, host, sealed, header_names, idem_key,
-             idem_hash, traceparent, tracestate, ordering_key)
+    SELECT n.id, n.tenant_id, n.type, n.input, n.callback_url, n.metadata, n.timeout_s,
+           n.heartbeat_timeout_s, n.on_timeout, n.host, decode(n.sealed, 'base64') AS sealed,
+           n.header_names, n.idem_key, decode(n.idem_hash, 'base64') AS idem_hash,
+           n.traceparent, n.tracestate, n.ordering_key
+      FROM jsonb_to_recordset($1::text::jsonb)
+        AS n(id text, tenant_id text, type text, input jsonb, callback_url text,
+             metadata jsonb, timeout_s float8, heartbeat_timeout_s float8, on_timeout jsonb,
+             host text, sealed text, header_names text, idem_key text, idem_hash text,
+             traceparent text, tracestate text, ordering_key text)
 ), locked AS MATERIALIZED (
     -- MATERIALIZED: each key's lock is tried exactly once.
     SELECT n.id, pg_try_advisory_xact_lock(hashtextextended(n.tenant_id || ':' || n.idem_key, 42))
@@ -202,13 +207,13 @@ WITH n AS MATERIALIZED (
 ), task AS (
     INSERT INTO tasks (id, tenant_id, type, input, callback_url, metadata, timeout_at,
                        heartbeat_timeout_s, on_timeout)
-    SELECT n.id, n.tenant_id, n.type, n.input::jsonb, n.callback_url, n.metadata::jsonb,
+    SELECT n.id, n.tenant_id, n.type, n.input, n.callback_url, n.metadata,
            CASE WHEN n.timeout_s IS NULL THEN NULL
                 ELSE now() + make_interval(secs => n.timeout_s) END,
-           n.heartbeat_timeout_s, n.on_timeout::jsonb
+           n.heartbeat_timeout_s, n.on_timeout
       FROM n
      WHERE n.idem_key IS NULL OR n.id IN (SELECT kept.task_id FROM kept)
-    RETURNING *
+    RETURNING id, created_at, timeout_at
 ), hosted AS (
     -- The destination key, kept by the URL's origin so that finish_task needs no
     -- Python between its parts; an origin seen before is only looked up.
@@ -240,8 +245,7 @@ WITH n AS MATERIALIZED (
       FROM n JOIN task ON task.id = n.id
      WHERE n.ordering_key IS NOT NULL
 )
-SELECT n.id AS submitted, l.got IS FALSE AS in_flight, task.*,
-       string_to_array(n.header_names, ',') AS callback_header_names, n.ordering_key
+SELECT n.id AS submitted, l.got IS FALSE AS in_flight, task.created_at, task.timeout_at
   FROM n
   LEFT JOIN locked l ON l.id = n.id
   LEFT JOIN task ON task.id = n.id;

@@ -18,9 +18,10 @@ from enum import Enum
 from typing import Any
 
 import asyncpg
+import msgspec
 
 from hookrelay.outbox.errors import IdempotencyInFlight
-from hookrelay.outbox.models import LIVE_STATUSES, EventId, Task, TaskId, TaskStatus
+from hookrelay.outbox.models import LIVE_STATUSES, EventId, Task, TaskId, TaskStatus, TenantId
 from hookrelay.outbox.sql import sql
 from hookrelay.outbox.store.events import TASKS_CHANNEL
 from hookrelay.outbox.store.steps import Step
@@ -101,22 +102,92 @@ class KeyTaken(Enum):
     STORED = "stored"  # the key is stored already: read it (:func:`idempotency_get`)
 
 
-def _columns(rows: Sequence[TaskInsert]) -> list[list[Any]]:
-    """The seventeen arrays of ``insert_tasks``, one value per row in each."""
-    cols: list[list[Any]] = [[] for _ in range(17)]
+# One submit as insert_tasks reads it from its JSON array: None (null) where it has
+# none of a thing, bytes as base64.
+class _Submitted(msgspec.Struct, omit_defaults=True):
+    id: str
+    tenant_id: str
+    type: str
+    callback_url: str
+    input: Any = None
+    metadata: Any = None
+    timeout_s: float | None = None
+    heartbeat_timeout_s: float | None = None
+    on_timeout: Any = None
+    host: str | None = None
+    sealed: bytes | None = None
+    header_names: str | None = None
+    idem_key: str | None = None
+    idem_hash: bytes | None = None
+    traceparent: str | None = None
+    tracestate: str | None = None
+    ordering_key: str | None = None
+
+
+_encode_submits = msgspec.json.Encoder().encode
+
+
+def _submits_json(rows: Sequence[TaskInsert]) -> str:
+    """The one parameter of ``insert_tasks``: every row as a JSON array of objects."""
+    out = []
     for r in rows:
         key, digest = r.idempotency or (None, None)
         parent, state = r.trace or (None, None)
-        values = (
-            *(r.task_id, r.tenant_id, r.type, json_text(r.input), r.callback_url),
-            *(json_text(r.metadata), r.timeout_s, r.heartbeat_timeout_s),
-            *(json_text(r.on_timeout), r.callback_host, r.sealed),
-            ",".join(r.header_names) if r.header_names else None,
-            *(key, digest, parent, state, r.ordering_key),
+        out.append(
+            _Submitted(
+                id=r.task_id,
+                tenant_id=r.tenant_id,
+                type=r.type,
+                callback_url=r.callback_url,
+                input=r.input,
+                metadata=r.metadata,
+                timeout_s=r.timeout_s,
+                heartbeat_timeout_s=r.heartbeat_timeout_s,
+                on_timeout=r.on_timeout,
+                host=r.callback_host,
+                sealed=r.sealed,
+                header_names=",".join(r.header_names) if r.header_names else None,
+                idem_key=key,
+                idem_hash=digest,
+                traceparent=parent,
+                tracestate=state,
+                ordering_key=r.ordering_key,
+            )
         )
-        for col, value in zip(cols, values, strict=True):
-            col.append(value)
-    return cols
+    return _encode_submits(out).decode()
+
+
+def _new_task(row: TaskInsert, created_at: datetime, timeout_at: datetime | None) -> Task:
+    """The task ``row`` wrote, as a read of it answers: a new task's columns are the
+    submit's and the defaults of ``tasks`` (schema.sql); only its clock comes back."""
+    return Task(
+        id=row.task_id,
+        tenant_id=TenantId(row.tenant_id),
+        type=row.type,
+        status="queued",
+        input=row.input,
+        result=None,
+        error=None,
+        callback_url=row.callback_url,
+        metadata=row.metadata,
+        created_at=created_at,
+        updated_at=created_at,
+        completed_at=None,
+        timeout_at=timeout_at,
+        version=1,
+        event_id=None,
+        delivery_status="none",
+        delivery_attempts=0,
+        last_attempt_at=None,
+        last_status_code=None,
+        last_error=None,
+        next_attempt_at=None,
+        delivered_at=None,
+        heartbeat_timeout_s=row.heartbeat_timeout_s,
+        on_timeout=row.on_timeout,
+        callback_header_names=list(row.header_names) if row.header_names else None,
+        ordering_key=row.ordering_key,
+    )
 
 
 async def insert_tasks(
@@ -125,14 +196,14 @@ async def insert_tasks(
     """New queued tasks, in one statement: for each row its :class:`Task`, or
     :class:`KeyTaken` for a keyed one that wrote nothing (its key's first submit is
     in flight, or stored). The other rows are written either way."""
-    found = {r["submitted"]: r for r in await conn.fetch(_INSERT_TASKS, *_columns(rows))}
+    found = {r[0]: r for r in await conn.fetch(_INSERT_TASKS, _submits_json(rows))}
     out: list[Task | KeyTaken] = []
     for row in rows:
-        got = found[row.task_id]
-        if got["id"] is not None:
-            out.append(Task.from_row(got))
+        _, in_flight, created_at, timeout_at = found[row.task_id]
+        if created_at is not None:
+            out.append(_new_task(row, created_at, timeout_at))
         else:
-            out.append(KeyTaken.IN_FLIGHT if got["in_flight"] else KeyTaken.STORED)
+            out.append(KeyTaken.IN_FLIGHT if in_flight else KeyTaken.STORED)
     return out
 
 
