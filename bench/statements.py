@@ -31,7 +31,7 @@ from bench.writepath import BARE_TABLE, HOOK
 from hookrelay.outbox import ids
 from hookrelay.outbox.destinations import host_key
 from hookrelay.outbox.keys.at_rest import SecretBox
-from hookrelay.outbox.models import LIVE_STATUSES, EventId, TaskId
+from hookrelay.outbox.models import LIVE_STATUSES, EventId, Task, TaskId
 from hookrelay.outbox.store import tasks as store
 from hookrelay.outbox.store.pool import create_pool
 from hookrelay.outbox.tenants import create_tenant
@@ -115,7 +115,7 @@ async def main() -> None:
 
             async def insert() -> None:
                 made = await store.insert_tasks(c, submits(tenant, args.batch))
-                written.extend(t.id for t in made if isinstance(t, store.Task))
+                written.extend(t.id for t in made if isinstance(t, Task))
 
             async def finish() -> None:
                 todo = [written.pop() for _ in range(args.batch)]

@@ -460,8 +460,11 @@ SELECT {{_task_as_text}} FROM t;
 -- Transitions of many tasks in ONE statement, as finish_task does one: hookrelay's
 -- API coalesces the starts, completes and cancels that arrive together
 -- (hookrelay.outbox.tasks.group_commit), under autocommit, so a burst shares one
--- round trip and one commit. Each array holds one value per transition, in order:
--- $1 its number in the batch, then as _one_transition's $1 to $7. The batch never
+-- round trip and one commit. $1 is one JSON array, an object per transition, in
+-- order (encoded in one call, as insert_tasks's): ord its number in the batch, then
+-- as _one_transition's $1 to $7: id, status, result and error (JSON values), event_id,
+-- allowed (comma-separated), tenant_id. $2 the same task ids as an array, for the
+-- row locks' index scan. The batch never
 -- holds two transitions of one task (the coalescer holds the second back for the
 -- next statement), so each task changes at most once. A row back for each one that
 -- changed its task, by its number; none for a refused one (not found, not allowed,
@@ -469,9 +472,9 @@ SELECT {{_task_as_text}} FROM t;
 -- writes alone.
 WITH given AS MATERIALIZED (
     SELECT *
-      FROM unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-                  $7::text[], $8::text[])
-        AS g(ord, id, status, result, error, event_id, allowed, tenant_id)
+      FROM jsonb_to_recordset($1::text::jsonb)
+        AS g(ord int, id text, status text, result jsonb, error jsonb, event_id text,
+             allowed text, tenant_id text)
 ), free_keys AS MATERIALIZED (
     -- The ordering keys (0024) of the batch's terminal transitions that no other
     -- transaction holds, locked for this one. SKIP LOCKED, as for the tasks below.

@@ -124,7 +124,7 @@ class _Submitted(msgspec.Struct, omit_defaults=True):
     ordering_key: str | None = None
 
 
-_encode_submits = msgspec.json.Encoder().encode
+_encode_rows = msgspec.json.Encoder().encode
 
 
 def _submits_json(rows: Sequence[TaskInsert]) -> str:
@@ -154,7 +154,7 @@ def _submits_json(rows: Sequence[TaskInsert]) -> str:
                 ordering_key=r.ordering_key,
             )
         )
-    return _encode_submits(out).decode()
+    return _encode_rows(out).decode()
 
 
 def _new_task(row: TaskInsert, created_at: datetime, timeout_at: datetime | None) -> Task:
@@ -327,21 +327,40 @@ class Transition:
     tenant_id: str | None = None
 
 
+# One transition as finish_tasks reads it from its JSON array.
+class _Transitioned(msgspec.Struct):
+    ord: int
+    id: str
+    status: str
+    result: Any
+    error: Any
+    event_id: str | None
+    allowed: str
+    tenant_id: str | None
+
+
 async def finish_tasks(
     conn: asyncpg.Connection, changes: Sequence[Transition]
 ) -> list[Task | None]:
     """:func:`finish_step` for many tasks in one statement: for each change the task
     as it left it, or None where it wrote nothing (see :func:`finish_step`). No two
     changes may name the same task."""
-    cols: list[list[Any]] = [[] for _ in range(8)]
-    for i, c in enumerate(changes):
-        args = _transition_args(
-            c.task_id, c.status, c.allowed_from, c.result, c.error, c.event_id, c.tenant_id
+    given = [
+        _Transitioned(
+            i,
+            c.task_id,
+            c.status,
+            c.result,
+            c.error,
+            c.event_id,
+            ",".join(c.allowed_from),
+            c.tenant_id,
         )
-        for col, value in zip(cols, (i, *args), strict=True):
-            col.append(value)
+        for i, c in enumerate(changes)
+    ]
+    task_ids = [c.task_id for c in changes]
     out: list[Task | None] = [None] * len(changes)
-    for row in await conn.fetch(_FINISH_TASKS, *cols):
+    for row in await conn.fetch(_FINISH_TASKS, _encode_rows(given).decode(), task_ids):
         out[row["ord"]] = task_from_text(row)
     return out
 
