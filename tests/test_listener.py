@@ -68,3 +68,29 @@ async def test_dispatcher_wakes_on_notify_after_its_listen_was_killed(
     finally:
         await killer.close()
     assert len(receiver.received) == 3
+
+
+async def test_joined_parts_share_one_connection(dsn: str) -> None:
+    # Two callbacks of one channel both hear each notification, a third channel's its
+    # own, every part's gap runs at connect; one backend listens for all of them.
+    a: list[str] = []
+    b: list[str] = []
+    keys: list[str] = []
+    gaps: list[str] = []
+    listener = Listener(dsn, {"hookrelay_test": a.append}, on_gap=lambda: gaps.append("a"))
+    listener.join({"hookrelay_test": b.append}, on_gap=lambda: gaps.append("b"))
+    listener.join({"hookrelay_test_keys": keys.append}, on_gap=lambda: gaps.append("keys"))
+    await listener.start()
+    other = await asyncpg.connect(dsn)
+    try:
+        await eventually(lambda: listener.connected)
+        assert sorted(gaps) == ["a", "b", "keys"]
+        await other.execute("SELECT pg_notify('hookrelay_test', 'one')")
+        await other.execute("SELECT pg_notify('hookrelay_test_keys', 'k')")
+        await eventually(lambda: a == ["one"] and b == ["one"] and keys == ["k"])
+        assert len(await other.fetchval(LISTENING)) == 1
+        with pytest.raises(RuntimeError, match="join it before"):
+            listener.join({"hookrelay_late": a.append})
+    finally:
+        await other.close()
+        await listener.stop()

@@ -154,7 +154,7 @@ async def test_rollback_pushes_nothing(hub, pool, tenant_id) -> None:
 async def test_lost_listen_reads_again_from_the_log(hub, pool, tenant_id, monkeypatch) -> None:
     sub = await hub.open(tenant_id)
     sub.watch_all()
-    deaf = dict.fromkeys(hub._listener._callbacks, lambda payload: None)
+    deaf = dict.fromkeys(hub._listener._callbacks, [lambda payload: None])
     monkeypatch.setattr(hub._listener, "_callbacks", deaf)
     task_id = await new_task(pool, tenant_id)
     hub._read_all()  # what the listener calls after reconnecting
@@ -267,7 +267,7 @@ async def test_an_unknown_notification_reads_every_tenant(
 
     sub = await hub.open(tenant_id)
     sub.watch_all()
-    deaf = dict.fromkeys(hub._listener._callbacks, lambda payload: None)
+    deaf = dict.fromkeys(hub._listener._callbacks, [lambda payload: None])
     monkeypatch.setattr(hub._listener, "_callbacks", deaf)
     task_id = await new_task(pool, tenant_id)
     async with pool.acquire() as conn:

@@ -129,3 +129,13 @@ async def test_a_wake_up_for_an_unchanged_task_keeps_waiting(client, tenant, poo
     await client.post(f"/v1/tasks/{tid}/complete", json={"status": "succeeded"}, headers=ADMIN)
     r = await asyncio.wait_for(poll, 5)
     assert r.json()["status"] == "succeeded"
+
+
+async def test_the_api_listens_on_one_connection(client, pool, listening) -> None:
+    # The long polls, the stream hub and the API keys' revocations share one LISTEN: a
+    # backend more would be woken by PostgreSQL at every notifying commit.
+    listening_backends = await pool.fetchval(
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND query LIKE 'LISTEN%'"
+    )
+    assert listening_backends == 1

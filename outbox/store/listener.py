@@ -27,6 +27,11 @@ class Listener:
 
     ``on_gap`` runs whenever notifications may have been missed (at each
     (re)connect and when the connection is lost), so callers can look again.
+
+    Several parts of a process share one (:meth:`join`): PostgreSQL wakes every
+    backend that listens in a database at each notifying commit, whatever its
+    channels, so each LISTEN connection costs the server a wake-up per commit and,
+    where channels overlap, the process a read of the same notification again.
     """
 
     def __init__(
@@ -37,11 +42,35 @@ class Listener:
         on_gap: Callable[[], None] = lambda: None,
         name: str = "hookrelay-listener",
     ) -> None:
-        self._dsn, self._callbacks, self._on_gap = dsn, dict(callbacks), on_gap
-        self._channels = ", ".join(self._callbacks)
+        self._dsn = dsn
+        self._callbacks: dict[str, list[Callable[[str], None]]] = {}
+        self._gaps: list[Callable[[], None]] = []
         self._name = name
         self._conn: asyncpg.Connection | None = None
         self._task: asyncio.Task[None] | None = None
+        self.join(callbacks, on_gap=on_gap)
+
+    def join(
+        self,
+        callbacks: Mapping[str, Callable[[str], None]],
+        *,
+        on_gap: Callable[[], None] = lambda: None,
+    ) -> None:
+        """Add ``callbacks`` (beside those of the channel, if it has any) and ``on_gap``;
+        before :meth:`start`."""
+        if self._task is not None:
+            raise RuntimeError(f"{self._name} has started: join it before")
+        for channel, callback in callbacks.items():
+            self._callbacks.setdefault(channel, []).append(callback)
+        self._gaps.append(on_gap)
+
+    @property
+    def _channels(self) -> str:
+        return ", ".join(self._callbacks)
+
+    def _on_gap(self) -> None:
+        for gap in self._gaps:
+            gap()
 
     @property
     def connected(self) -> bool:
@@ -60,7 +89,8 @@ class Listener:
                 await self._conn.close()
 
     def _notified(self, _conn: Any, _pid: int, channel: str, payload: str) -> None:
-        self._callbacks[channel](payload)
+        for callback in self._callbacks[channel]:
+            callback(payload)
 
     async def _run(self) -> None:
         while True:

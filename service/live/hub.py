@@ -71,7 +71,14 @@ class StreamHub:
     The :class:`~hookrelay.service.live.subscription.Feed` of every subscription it opens.
     """
 
-    def __init__(self, dsn: str, *, per_tenant: int = 500, queue_size: int = 1000) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        per_tenant: int = 500,
+        queue_size: int = 1000,
+        listener: Listener | None = None,
+    ) -> None:
         self.per_tenant, self.queue_size = per_tenant, queue_size
         self._tenants: dict[str, _Tenant] = {}
         self._pool: asyncpg.Pool | None = None
@@ -81,16 +88,18 @@ class StreamHub:
         )
         self._ticking: asyncio.Task[None] | None = None
         self._wake: tuple[str, str] | None = None  # sent with the next numbering
-        self._listener = Listener(
-            dsn,
+        # The process's shared LISTEN (started and stopped by its owner), else one of its own.
+        self._own_listener = listener is None
+        self._listener = listener or Listener(dsn, {}, name="hookrelay-streams")
+        self._listener.join(
             {CHANGES_CHANNEL: self._notified, TASKS_CHANNEL: lambda _: self.number_soon()},
             on_gap=self._read_all,
-            name="hookrelay-streams",
         )
 
     async def start(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
-        await self._listener.start()
+        if self._own_listener:
+            await self._listener.start()
         self._ticking = asyncio.create_task(self._tick(), name="hookrelay-stream-tick")
 
     async def _tick(self) -> None:
@@ -108,7 +117,8 @@ class StreamHub:
 
     async def stop(self) -> None:
         self.end_all()
-        await self._listener.stop()
+        if self._own_listener:
+            await self._listener.stop()
         await self._numbering.stop()
         if self._ticking is not None:
             self._ticking.cancel()

@@ -19,14 +19,14 @@ from hookrelay.outbox.store import CHANGES_CHANNEL, TASKS_CHANNEL, Listener, par
 
 
 class TaskWatcher:
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, *, listener: Listener | None = None) -> None:
         self._waiters: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
         self._released = False
-        self._listener = Listener(
-            dsn,
-            {TASKS_CHANNEL: self.notify, CHANGES_CHANNEL: self._changed},
-            on_gap=self._wake_all,
-            name="hookrelay-watcher",
+        # The process's shared LISTEN (started and stopped by its owner), else one of its own.
+        self._own_listener = listener is None
+        self._listener = listener or Listener(dsn, {}, name="hookrelay-watcher")
+        self._listener.join(
+            {TASKS_CHANNEL: self.notify, CHANGES_CHANNEL: self._changed}, on_gap=self._wake_all
         )
 
     @property
@@ -35,10 +35,12 @@ class TaskWatcher:
         return self._listener.connected
 
     async def start(self) -> None:
-        await self._listener.start()
+        if self._own_listener:
+            await self._listener.start()
 
     async def stop(self) -> None:
-        await self._listener.stop()
+        if self._own_listener:
+            await self._listener.stop()
 
     @contextlib.contextmanager
     def watch(self, task_id: str) -> Iterator[asyncio.Event]:

@@ -13,6 +13,7 @@ from starlette.middleware import Middleware
 from starlette.routing import Route
 
 from hookrelay.outbox.egress import Resolver
+from hookrelay.outbox.store import Listener
 from hookrelay.outbox.tasks import GroupCommit
 from hookrelay.service import console, portal
 from hookrelay.service.api import openapi
@@ -63,12 +64,11 @@ def create_app(
         app.state.pool = pool or await runtime.open_pool()
         # The API's writes, coalesced into one statement per burst (outbox.tasks.group_commit).
         app.state.writes = GroupCommit(app.state.pool, box=runtime.secret_box)
-        app.state.watcher = TaskWatcher(runtime.listen_dsn)
         await app.state.watcher.start()
         await app.state.hub.start(app.state.pool)
         app.state.signals = signals = Signals(app.state.hub, app.state.watcher)
-        app.state.key_revocations = keys = revocations(runtime.listen_dsn, app.state.key_cache)
-        await keys.start()
+        # Once every part that reads it has its pool: a (re)connect calls each one's gap.
+        await app.state.listener.start()
         try:
             async with contextlib.AsyncExitStack() as stack:
                 for start in background:
@@ -76,7 +76,7 @@ def create_app(
                 yield
         finally:
             log.info("group commit: %s", app.state.writes.counters())
-            await keys.stop()
+            await app.state.listener.stop()
             await app.state.hub.stop()
             await app.state.submit_resolver.close()
             await app.state.watcher.stop()
@@ -118,8 +118,17 @@ def create_app(
     app.state.admin_token = runtime.admin_token
     app.state.key_cache = KeyCache()
     app.state.ops_throttle = SignInThrottle()
-    # One per process: its LISTEN and reads serve every SSE and WebSocket stream.
-    app.state.hub = StreamHub(runtime.listen_dsn, per_tenant=settings.streams_per_tenant)
+    # One LISTEN connection per process, shared by the stream hub, the long polls and
+    # the API keys' revocations (hookrelay.outbox.store.listener says why).
+    app.state.listener = listener = Listener(runtime.listen_dsn, {}, name="hookrelay-api")
+    # One per process: its reads serve every SSE and WebSocket stream.
+    app.state.hub = StreamHub(
+        runtime.listen_dsn, per_tenant=settings.streams_per_tenant, listener=listener
+    )
+    app.state.watcher = TaskWatcher(runtime.listen_dsn, listener=listener)
+    app.state.key_revocations = revocations(
+        runtime.listen_dsn, app.state.key_cache, listener=listener
+    )
     app.state.secret_box = runtime.secret_box
     app.state.address_policy = settings.address_policy()
     # Submit-time lookups have their own resolver and deadline, apart from the
