@@ -94,3 +94,30 @@ async def test_joined_parts_share_one_connection(dsn: str) -> None:
     finally:
         await other.close()
         await listener.stop()
+
+
+async def test_a_failing_part_does_not_deafen_the_others(dsn: str, caplog) -> None:
+    # Parts share the connection: one whose callback or gap handler raises is logged,
+    # and the others still hear and look again.
+    heard: list[str] = []
+    gaps: list[int] = []
+
+    def broken(_: str = "") -> None:
+        raise RuntimeError("broken part")
+
+    listener = Listener(dsn, {"hookrelay_test": broken}, on_gap=broken)
+    listener.join({"hookrelay_test": heard.append}, on_gap=lambda: gaps.append(1))
+    await listener.start()
+    other = await asyncpg.connect(dsn)
+    try:
+        await eventually(lambda: listener.connected)
+        assert gaps == [1]
+        await other.execute("SELECT pg_notify('hookrelay_test', 'one')")
+        await eventually(lambda: heard == ["one"])
+        assert "a callback on hookrelay_test failed" in caplog.text
+        assert "a gap handler failed" in caplog.text
+    finally:
+        await other.close()
+        await listener.stop()
+    # Stopped, it takes parts again, and starts again.
+    listener.join({"hookrelay_test_more": heard.append})

@@ -134,6 +134,9 @@ async def test_a_wake_up_for_an_unchanged_task_keeps_waiting(client, tenant, poo
 async def test_the_api_listens_on_one_connection(client, pool, listening) -> None:
     # The long polls, the stream hub and the API keys' revocations share one LISTEN: a
     # backend more would be woken by PostgreSQL at every notifying commit.
+    state = client._transport.app.state
+    assert state.hub._listener is state.watcher._listener is state.key_revocations
+    await asyncio.sleep(0.5)  # a LISTEN of another connection, if any, would be in place
     listening_backends = await pool.fetchval(
         "SELECT count(*) FROM pg_stat_activity "
         "WHERE datname = current_database() AND query LIKE 'LISTEN%'"

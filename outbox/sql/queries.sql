@@ -181,8 +181,9 @@ SELECT t.signature_scheme, s.scheme, s.public_key, s.created_at, s.expires_at
 -- already stored writes nothing either (ON CONFLICT, which sees keys committed after
 -- this statement's snapshot too): the caller then reads the stored one. The other
 -- submits of the statement are written either way. Each row back is one submit, by
--- its task id, with what only the database knows of a new task (its clock): the
--- caller has the rest. created_at NULL: nothing was written for it.
+-- its task id, with what only the database knows of a new task: its clock, and its
+-- JSON values as jsonb stored them (as text: no codec needed); the caller has the
+-- rest. created_at NULL: nothing was written for it.
 WITH n AS MATERIALIZED (
     SELECT n.id, n.tenant_id, n.type, n.input, n.callback_url, n.metadata, n.timeout_s,
            n.heartbeat_timeout_s, n.on_timeout, n.host, decode(n.sealed, 'base64') AS sealed,
@@ -213,7 +214,8 @@ WITH n AS MATERIALIZED (
            n.heartbeat_timeout_s, n.on_timeout
       FROM n
      WHERE n.idem_key IS NULL OR n.id IN (SELECT kept.task_id FROM kept)
-    RETURNING id, created_at, timeout_at
+    RETURNING id, created_at, timeout_at, input::text AS input, metadata::text AS metadata,
+              on_timeout::text AS on_timeout
 ), hosted AS (
     -- The destination key, kept by the URL's origin so that finish_task needs no
     -- Python between its parts; an origin seen before is only looked up.
@@ -245,7 +247,8 @@ WITH n AS MATERIALIZED (
       FROM n JOIN task ON task.id = n.id
      WHERE n.ordering_key IS NOT NULL
 )
-SELECT n.id AS submitted, l.got IS FALSE AS in_flight, task.created_at, task.timeout_at
+SELECT n.id AS submitted, l.got IS FALSE AS in_flight, task.created_at, task.timeout_at,
+       task.input, task.metadata, task.on_timeout
   FROM n
   LEFT JOIN locked l ON l.id = n.id
   LEFT JOIN task ON task.id = n.id;

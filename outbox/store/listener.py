@@ -69,8 +69,12 @@ class Listener:
         return ", ".join(self._callbacks)
 
     def _on_gap(self) -> None:
+        # Each part's own: one that fails must not keep the others from looking again.
         for gap in self._gaps:
-            gap()
+            try:
+                gap()
+            except Exception:
+                log.exception("%s: a gap handler failed", self._name)
 
     @property
     def connected(self) -> bool:
@@ -84,13 +88,17 @@ class Listener:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+            self._task = None
         if self._conn is not None:
             with contextlib.suppress(Exception):
                 await self._conn.close()
 
     def _notified(self, _conn: Any, _pid: int, channel: str, payload: str) -> None:
         for callback in self._callbacks[channel]:
-            callback(payload)
+            try:
+                callback(payload)
+            except Exception:  # one part's failure must not deafen the others
+                log.exception("%s: a callback on %s failed", self._name, channel)
 
     async def _run(self) -> None:
         while True:

@@ -109,11 +109,11 @@ class _Submitted(msgspec.Struct, omit_defaults=True):
     tenant_id: str
     type: str
     callback_url: str
-    input: Any = None
-    metadata: Any = None
+    input: msgspec.Raw | None = None
+    metadata: msgspec.Raw | None = None
     timeout_s: float | None = None
     heartbeat_timeout_s: float | None = None
-    on_timeout: Any = None
+    on_timeout: msgspec.Raw | None = None
     host: str | None = None
     sealed: bytes | None = None
     header_names: str | None = None
@@ -125,6 +125,13 @@ class _Submitted(msgspec.Struct, omit_defaults=True):
 
 
 _encode_rows = msgspec.json.Encoder().encode
+
+
+def _json_value(value: Any) -> msgspec.Raw | None:
+    """``value`` as the JSON it is stored as: :func:`json_text`, the encoding every path
+    of the store uses (what it refuses, and how it spells values, is the same), set
+    into the batch's array as it is; None stays null (SQL NULL)."""
+    return None if value is None else msgspec.Raw(json.dumps(value).encode())
 
 
 def _submits_json(rows: Sequence[TaskInsert]) -> str:
@@ -139,11 +146,11 @@ def _submits_json(rows: Sequence[TaskInsert]) -> str:
                 tenant_id=r.tenant_id,
                 type=r.type,
                 callback_url=r.callback_url,
-                input=r.input,
-                metadata=r.metadata,
+                input=_json_value(r.input),
+                metadata=_json_value(r.metadata),
                 timeout_s=r.timeout_s,
                 heartbeat_timeout_s=r.heartbeat_timeout_s,
-                on_timeout=r.on_timeout,
+                on_timeout=_json_value(r.on_timeout),
                 host=r.callback_host,
                 sealed=r.sealed,
                 header_names=",".join(r.header_names) if r.header_names else None,
@@ -157,23 +164,26 @@ def _submits_json(rows: Sequence[TaskInsert]) -> str:
     return _encode_rows(out).decode()
 
 
-def _new_task(row: TaskInsert, created_at: datetime, timeout_at: datetime | None) -> Task:
+def _new_task(row: TaskInsert, got: asyncpg.Record) -> Task:
     """The task ``row`` wrote, as a read of it answers: a new task's columns are the
-    submit's and the defaults of ``tasks`` (schema.sql); only its clock comes back."""
+    submit's and the defaults of ``tasks`` (schema.sql). What the database alone knows
+    comes back: its clock, and the JSON values as jsonb stored them (key order, and
+    numbers in PostgreSQL's form: 1e16 reads back as 10000000000000000)."""
+    created_at = got["created_at"]
     return Task(
         id=row.task_id,
         tenant_id=TenantId(row.tenant_id),
         type=row.type,
         status="queued",
-        input=row.input,
+        input=_stored(got["input"]),
         result=None,
         error=None,
         callback_url=row.callback_url,
-        metadata=row.metadata,
+        metadata=_stored(got["metadata"]),
         created_at=created_at,
         updated_at=created_at,
         completed_at=None,
-        timeout_at=timeout_at,
+        timeout_at=got["timeout_at"],
         version=1,
         event_id=None,
         delivery_status="none",
@@ -184,10 +194,14 @@ def _new_task(row: TaskInsert, created_at: datetime, timeout_at: datetime | None
         next_attempt_at=None,
         delivered_at=None,
         heartbeat_timeout_s=row.heartbeat_timeout_s,
-        on_timeout=row.on_timeout,
+        on_timeout=_stored(got["on_timeout"]),
         callback_header_names=list(row.header_names) if row.header_names else None,
         ordering_key=row.ordering_key,
     )
+
+
+def _stored(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
 
 
 async def insert_tasks(
@@ -196,14 +210,14 @@ async def insert_tasks(
     """New queued tasks, in one statement: for each row its :class:`Task`, or
     :class:`KeyTaken` for a keyed one that wrote nothing (its key's first submit is
     in flight, or stored). The other rows are written either way."""
-    found = {r[0]: r for r in await conn.fetch(_INSERT_TASKS, _submits_json(rows))}
+    found = {r["submitted"]: r for r in await conn.fetch(_INSERT_TASKS, _submits_json(rows))}
     out: list[Task | KeyTaken] = []
     for row in rows:
-        _, in_flight, created_at, timeout_at = found[row.task_id]
-        if created_at is not None:
-            out.append(_new_task(row, created_at, timeout_at))
+        got = found[row.task_id]
+        if got["created_at"] is not None:
+            out.append(_new_task(row, got))
         else:
-            out.append(KeyTaken.IN_FLIGHT if in_flight else KeyTaken.STORED)
+            out.append(KeyTaken.IN_FLIGHT if got["in_flight"] else KeyTaken.STORED)
     return out
 
 
@@ -332,8 +346,8 @@ class _Transitioned(msgspec.Struct):
     ord: int
     id: str
     status: str
-    result: Any
-    error: Any
+    result: msgspec.Raw | None
+    error: msgspec.Raw | None
     event_id: str | None
     allowed: str
     tenant_id: str | None
@@ -350,8 +364,8 @@ async def finish_tasks(
             i,
             c.task_id,
             c.status,
-            c.result,
-            c.error,
+            _json_value(c.result),
+            _json_value(c.error),
             c.event_id,
             ",".join(c.allowed_from),
             c.tenant_id,

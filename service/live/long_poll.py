@@ -35,6 +35,7 @@ class TaskWatcher:
         return self._listener.connected
 
     async def start(self) -> None:
+        self._released = False  # an app may be started again after a shutdown
         if self._own_listener:
             await self._listener.start()
 
