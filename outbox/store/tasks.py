@@ -128,10 +128,11 @@ _encode_rows = msgspec.json.Encoder().encode
 
 
 def _json_value(value: Any) -> msgspec.Raw | None:
-    """``value`` as the JSON it is stored as: :func:`json_text`, the encoding every path
-    of the store uses (what it refuses, and how it spells values, is the same), set
-    into the batch's array as it is; None stays null (SQL NULL)."""
-    return None if value is None else msgspec.Raw(json.dumps(value).encode())
+    """``value`` as :func:`json_text` encodes it for every statement of the store (what
+    it refuses, and how it spells values, is the same), set into the batch's array as
+    it is; None stays null (SQL NULL)."""
+    text = json_text(value)
+    return None if text is None else msgspec.Raw(text.encode())
 
 
 def _submits_json(rows: Sequence[TaskInsert]) -> str:
