@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import re
 from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -257,3 +259,122 @@ async def test_migrate_status_shows_a_schema_from_before_migrations(new_db: NewD
     first = next(line for line in out.splitlines() if line.startswith("0001"))
     assert first.endswith("applied  (from before migrations; recorded at the next migrate)")
     assert f"1 applied, {len(migrations()) - 1} pending" in out
+
+
+async def _waiting_on_a_lock(conn: asyncpg.Connection, pid: int) -> bool:
+    return bool(
+        await conn.fetchval(
+            "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1", pid
+        )
+    )
+
+
+async def test_a_migration_yields_to_a_running_release_instead_of_deadlocking_it(
+    new_db: NewDb, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 0024 changes outbox and adds keys referencing tasks and tenants. A release already
+    # running writes outbox and then tasks in one transaction (an outcome: the row out of
+    # the outbox, the task's delivery summary). The migration must never make that
+    # transaction a deadlock's victim: its outcome would be lost and the event sent twice.
+    dsn = await new_db()
+    await run_migrate(dsn, upto=23)
+    old, other, watch, migrating = [await asyncpg.connect(dsn) for _ in range(4)]
+    try:
+        # Another transaction holds tenants for a moment: the migration, if it took tasks
+        # first, waits there holding tasks while the old release's transaction starts.
+        other_tx, old_tx = other.transaction(), old.transaction()
+        await other_tx.start()
+        await other.execute("UPDATE tenants SET name = name WHERE id = 'none'")
+        await old_tx.start()
+        await old.execute("DELETE FROM outbox WHERE id = -1")
+        caplog.set_level(logging.WARNING, logger="hookrelay.db")
+        applying = asyncio.create_task(migrate(migrating))
+        pid = migrating.get_server_pid()
+        for _ in range(200):
+            if await _waiting_on_a_lock(watch, pid):
+                break
+            await asyncio.sleep(0.01)
+        else:
+            raise AssertionError("the migration never waited on a lock")
+        outcome = asyncio.create_task(
+            old.execute("UPDATE tasks SET updated_at = now() WHERE id = 'none'")
+        )
+        await asyncio.sleep(0.3)
+        await other_tx.commit()
+        await asyncio.wait_for(outcome, 10)  # not "deadlock detected"
+        await old_tx.commit()
+        assert [m.version for m in await asyncio.wait_for(applying, 30)] == [24]
+        # It gave way (its lock wait ran out) and was applied on a later try.
+        assert "0024_ordered_delivery: LockNotAvailableError" in caplog.text
+    finally:
+        for conn in (old, other, watch, migrating):
+            await conn.close()
+
+
+# Table lock modes, weakest first (a mode held covers a weaker one asked for later).
+MODES = [
+    "AccessShareLock",
+    "RowShareLock",
+    "RowExclusiveLock",
+    "ShareUpdateExclusiveLock",
+    "ShareLock",
+    "ShareRowExclusiveLock",
+    "ExclusiveLock",
+    "AccessExclusiveLock",
+]
+LEADING_LOCKS = re.compile(r"\A(?:\s+|--[^\n]*\n|LOCK TABLE [^;]+;)*", re.IGNORECASE)
+
+
+async def _table_locks(conn: asyncpg.Connection, sql: str, tables: set[str]) -> dict[str, int]:
+    """The strongest lock ``sql`` takes on each of ``tables``, but for plain reads."""
+    strongest: dict[str, int] = {}
+    tx = conn.transaction()
+    await tx.start()
+    try:
+        await conn.execute(sql)
+        rows = await conn.fetch(
+            "SELECT c.relname, l.mode FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
+            " WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation' AND l.granted"
+        )
+    finally:
+        await tx.rollback()
+    for r in rows:
+        rank = MODES.index(r["mode"])
+        if r["relname"] in tables and rank > MODES.index("AccessShareLock"):
+            strongest[r["relname"]] = max(rank, strongest.get(r["relname"], 0))
+    return strongest
+
+
+async def test_a_migration_takes_the_locks_it_needs_in_its_first_statements(
+    new_db: NewDb,
+) -> None:
+    # What makes the test above hold for every migration declared to run beside older
+    # releases: one that locks more than one table, and any of them against the
+    # services' writes, takes every lock it needs at its start. Taken later, a lock held
+    # meanwhile closes a cycle with a running transaction that started waiting first,
+    # and the deadlock detector cancels that one.
+    dsn = await new_db()
+    await run_migrate(dsn, upto=1)
+    conn = await asyncpg.connect(dsn)
+    missing: dict[str, dict[str, str]] = {}
+    try:
+        for m in migrations()[1:]:
+            tables = {
+                r["relname"]
+                for r in await conn.fetch(
+                    "SELECT relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                    " WHERE n.nspname = 'public' AND relkind = 'r'"
+                )
+            }
+            taken = await _table_locks(conn, m.sql, tables)
+            blocking = [t for t, rank in taken.items() if rank >= MODES.index("ShareLock")]
+            if m.compatible and blocking and len(taken) > 1:
+                header = LEADING_LOCKS.match(m.sql)
+                first = await _table_locks(conn, f"{header[0] if header else ''}\nSELECT 1", tables)
+                late = {t: MODES[r] for t, r in taken.items() if first.get(t, -1) < r}
+                if late:
+                    missing[m.label] = late
+            await run_migrate(dsn, upto=m.version)
+    finally:
+        await conn.close()
+    assert not missing, "\n".join(f"{k}: {v}" for k, v in missing.items())

@@ -157,6 +157,27 @@ async def test_a_failed_write_is_retried_until_it_lands(
     assert await outbox_count(pool) == 0
 
 
+@pytest.mark.parametrize(
+    "error",
+    [
+        asyncpg.exceptions.DeadlockDetectedError("deadlock detected"),
+        asyncpg.exceptions.SerializationError("could not serialize access"),
+    ],
+    ids=["deadlock-victim", "serialization-failure"],
+)
+async def test_an_outcome_rolled_back_by_the_server_is_written_again(
+    pool, runtime, calls, monkeypatch, error
+) -> None:
+    # The server cancelled the transaction, not the outcome's fault: dropping it would
+    # send its event a second time once the lease runs out.
+    events = await leased(pool, runtime, 1)
+    failing(monkeypatch, [error])
+    async with recording(pool, [result(events[0])]) as (_, counters):
+        await eventually(lambda: counters["delivered"] == 1)
+    assert counters["unrecorded"] == 0
+    assert await outbox_count(pool) == 0
+
+
 async def test_at_shutdown_unwritable_outcomes_are_dropped(
     pool, runtime, monkeypatch, caplog
 ) -> None:

@@ -24,7 +24,7 @@ from hookrelay.outbox.dispatch.attempt import AttemptResult
 from hookrelay.outbox.dispatch.circuit import BreakerPolicy
 from hookrelay.outbox.metrics import ATTEMPT_SECONDS, DELIVERIES
 from hookrelay.outbox.store.delivery import OutcomeRow, record_outcomes
-from hookrelay.outbox.store.pool import TRANSIENT_ERRORS
+from hookrelay.outbox.store.pool import RETRYABLE_ERRORS
 
 log = logging.getLogger("hookrelay.dispatcher")
 
@@ -139,7 +139,7 @@ class Recorder:
                     keys=keys,
                     held=held,
                 )
-        except TRANSIENT_ERRORS as exc:
+        except RETRYABLE_ERRORS as exc:
             log.warning("recording %d outcomes failed, will retry: %s", len(batch), exc)
             return False
         except asyncpg.PostgresError as exc:

@@ -7,6 +7,19 @@
 -- Serialises concurrent `migrate` runs; IF NOT EXISTS alone races on catalogs.
 SELECT pg_advisory_xact_lock(7240112);
 
+-- name: migration_lock_timeout
+-- After the schema lock, a migration waits at most a fifth of deadlock_timeout (and
+-- at most 200 ms) for each lock it takes, then gives up and is tried again. Running
+-- releases' transactions queue behind a waiting ALTER for no longer than that, and in
+-- a deadlock the migration always gives up first: a migration takes its tables' locks
+-- in its first statements, so every running transaction caught in a cycle with it
+-- began waiting after the migration did, and would detect the deadlock (and lose its
+-- work) only a whole deadlock_timeout later.
+SELECT set_config('lock_timeout',
+                  least(200, extract(epoch FROM current_setting('deadlock_timeout')::interval)
+                             * 1000 / 5)::int || 'ms',
+                  true);
+
 -- name: create_schema_version
 -- The migration runner's bootstrap: the table as 0001 made it (0014 adds
 -- `compatible`; schema.sql shows it whole).

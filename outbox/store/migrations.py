@@ -3,7 +3,13 @@
 Each migration runs in its own transaction under the schema advisory lock and
 records itself in ``schema_version`` in that same transaction, so concurrent
 ``migrate`` runs (or several processes starting at once) apply each file
-exactly once and a failed file leaves nothing half-applied. A migration may
+exactly once and a failed file leaves nothing half-applied.
+
+Migrations run while older releases work on the same tables. A migration waits
+only briefly for each lock (``migration_lock_timeout`` in queries.sql) and is tried
+again later if it cannot have them, and one that locks several tables the services
+write takes all those locks in its first statements (``LOCK TABLE``): so it never
+stalls running transactions for long, and never makes one a deadlock's victim. A migration may
 also have a Python step (``hookrelay.outbox.store.migration_steps``), run after its
 SQL in the same transaction.
 
@@ -15,7 +21,11 @@ naming it) unless its file declared it compatible with older releases
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import random
 import re
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
@@ -28,6 +38,10 @@ from hookrelay.outbox.store import schema
 from hookrelay.outbox.store.migration_steps import STEPS
 from hookrelay.outbox.store.schema import AppliedMigration
 
+log = logging.getLogger("hookrelay.db")
+# A migration that cannot take its locks (see schema.bound_lock_waits) is tried again
+# after a pause growing from RETRY_BASE_S to RETRY_CAP_S, jittered, for GIVE_UP_S.
+RETRY_BASE_S, RETRY_CAP_S, GIVE_UP_S = 0.05, 2.0, 300.0
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 # The first line of a migration that processes of earlier releases may run beside.
 COMPATIBLE_MARK = "-- hookrelay: runs beside older releases"
@@ -86,25 +100,53 @@ async def migrate(conn: asyncpg.Connection, *, upto: int | None = None) -> list[
     for migration in migrations():
         if upto is not None and migration.version > upto:
             break
-        async with conn.transaction():
-            await schema.take_schema_lock(conn)
-            # A database built from schema.sql before migrations existed has
-            # 0001's tables but no record of it: adopt it rather than re-run.
-            await schema.prepare_versioning(conn)
-            if await schema.migration_applied(conn, version=migration.version):
-                continue
-            await conn.execute(migration.sql)
-            step = STEPS.get(migration.name)
-            if step is not None:  # what SQL cannot do (hookrelay.outbox.store.migration_steps)
-                await step(conn)
-            await schema.record_migration(
-                conn,
-                version=migration.version,
-                name=migration.name,
-                compatible=migration.compatible,
-            )
+        if await _apply_yielding(conn, migration):
             done.append(migration)
     return done
+
+
+async def _apply_yielding(conn: asyncpg.Connection, migration: Migration) -> bool:
+    """Apply one migration, trying again while running releases hold its tables."""
+    tries, give_up = 0, time.monotonic() + GIVE_UP_S
+    while True:
+        tries += 1
+        try:
+            return await _apply(conn, migration)
+        except (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError) as exc:
+            if time.monotonic() >= give_up:
+                raise
+            pause = random.uniform(0, min(RETRY_CAP_S, RETRY_BASE_S * 2**tries))
+            log.warning(
+                "migration %s: %s while running transactions hold its tables; "
+                "trying again in %.2f s (try %d)",
+                migration.label,
+                type(exc).__name__,
+                pause,
+                tries,
+            )
+            await asyncio.sleep(pause)
+
+
+async def _apply(conn: asyncpg.Connection, migration: Migration) -> bool:
+    async with conn.transaction():
+        await schema.take_schema_lock(conn)
+        await schema.bound_lock_waits(conn)
+        # A database built from schema.sql before migrations existed has
+        # 0001's tables but no record of it: adopt it rather than re-run.
+        await schema.prepare_versioning(conn)
+        if await schema.migration_applied(conn, version=migration.version):
+            return False
+        await conn.execute(migration.sql)
+        step = STEPS.get(migration.name)
+        if step is not None:  # what SQL cannot do (hookrelay.outbox.store.migration_steps)
+            await step(conn)
+        await schema.record_migration(
+            conn,
+            version=migration.version,
+            name=migration.name,
+            compatible=migration.compatible,
+        )
+        return True
 
 
 @dataclass(frozen=True, slots=True)

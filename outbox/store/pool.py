@@ -51,6 +51,12 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     # while a failover is under way: once promoted, the same connection takes writes.
     asyncpg.ReadOnlySQLTransactionError,
 )
+# What may simply be run again: the above, and a transaction the server rolled back
+# (deadlock victim, serialization failure), which wrote nothing.
+RETRYABLE_ERRORS: tuple[type[BaseException], ...] = (
+    *TRANSIENT_ERRORS,
+    asyncpg.exceptions.TransactionRollbackError,
+)
 
 
 def schema_sql() -> str:

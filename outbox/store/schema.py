@@ -10,6 +10,7 @@ import asyncpg
 from hookrelay.outbox.sql import sql
 
 _LOCK = sql("apply_schema_lock")
+_LOCK_TIMEOUT = sql("migration_lock_timeout")
 _CREATE_SCHEMA_VERSION = sql("create_schema_version")
 _SCHEMA_VERSION_EXISTS = sql("schema_version_exists")
 _INITIAL_TABLES_EXIST = sql("initial_tables_exist")
@@ -34,6 +35,11 @@ class AppliedMigration:
 async def take_schema_lock(conn: asyncpg.Connection) -> None:
     """Hold the schema lock until the caller's transaction ends."""
     await conn.execute(_LOCK)
+
+
+async def bound_lock_waits(conn: asyncpg.Connection) -> None:
+    """Until the transaction ends, give up on any lock not had within a short wait."""
+    await conn.execute(_LOCK_TIMEOUT)
 
 
 async def prepare_versioning(conn: asyncpg.Connection) -> None:

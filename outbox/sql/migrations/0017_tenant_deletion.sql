@@ -10,6 +10,9 @@
 -- row for its outcome (fenced away, counted stale) and is never sent again. Its
 -- attempt log goes by retention. Older releases delete no tenant, and an outcome
 -- whose row is gone is already refused by the lease fence: compatible.
+-- Every table this migration locks, locked first (see hookrelay.outbox.store.migrations).
+LOCK TABLE tenants IN SHARE ROW EXCLUSIVE MODE;
+LOCK TABLE outbox, dead_letters, events, task_changes IN ROW EXCLUSIVE MODE;
 CREATE OR REPLACE FUNCTION forget_tenant() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN

@@ -6,6 +6,9 @@
 -- release's dispatcher writes them too and delivers them as it delivers a ping.
 -- An older release's hold_lanes records no episode (destination_notices): its
 -- tenants get no destination.unhealthy, and so no destination.recovered either.
+-- Every table this migration locks, locked first (see hookrelay.outbox.store.migrations).
+LOCK TABLE tenants, dead_letters, destinations IN SHARE ROW EXCLUSIVE MODE;
+LOCK TABLE events IN SHARE MODE;
 
 -- Where a tenant is told, and about which events (PUT /v1/notifications). host is
 -- the URL's destination key, as outbox.host, so a notification's row is claimed,

@@ -6,6 +6,9 @@
 -- unopenable, as it ends the sessions already open. The tenant's deletion takes its
 -- links along. The audit trail gains the actions a partner takes in the portal
 -- (a wider CHECK: older releases write only the actions they already had).
+-- Every table this migration locks, locked first (see hookrelay.outbox.store.migrations).
+LOCK TABLE ops_audit IN ACCESS EXCLUSIVE MODE;
+LOCK TABLE tenants IN SHARE ROW EXCLUSIVE MODE;
 CREATE TABLE IF NOT EXISTS portal_links (
     token_hash    bytea PRIMARY KEY,
     tenant_id     text NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,

@@ -10,6 +10,9 @@
 -- counts the key's rows in the outbox: a writer parks its row unless it is the only one.
 -- Older releases neither read nor write any of it; a keyed row they take out of the
 -- outbox leaves its key to the dispatchers' sweep (release_stuck_keys).
+-- Every table this migration locks, locked first (see hookrelay.outbox.store.migrations).
+LOCK TABLE outbox, dead_letters IN ACCESS EXCLUSIVE MODE;
+LOCK TABLE tasks, tenants IN SHARE ROW EXCLUSIVE MODE;
 CREATE TABLE IF NOT EXISTS task_ordering_keys (
     task_id       text PRIMARY KEY REFERENCES tasks (id) ON DELETE CASCADE,
     tenant_id     text NOT NULL,
