@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -16,7 +15,10 @@ import pytest
 from hookrelay.outbox.dispatch.dispatcher import running
 from hookrelay.outbox.keys.signing import generate_secret
 from hookrelay.outbox.ops.dead_letters import replay_one
-from hookrelay.outbox.store.migrations import migrate, migration_status, migrations
+from hookrelay.outbox.store import migrations as migrations_module
+from hookrelay.outbox.store import schema as schema_module
+from hookrelay.outbox.store.migration_steps import STEPS
+from hookrelay.outbox.store.migrations import Migration, migrate, migration_status, migrations
 from hookrelay.outbox.store.pool import create_pool, schema_sql
 from hookrelay.outbox.tenants import hash_api_key
 from tests.conftest import NewDb
@@ -305,14 +307,88 @@ async def test_a_migration_yields_to_a_running_release_instead_of_deadlocking_it
         await old_tx.commit()
         assert [m.version for m in await asyncio.wait_for(applying, 30)] == [24]
         # It gave way (its lock wait ran out) and was applied on a later try.
-        assert "0024_ordered_delivery: LockNotAvailableError" in caplog.text
+        assert "0024_ordered_delivery: outbox is locked by running transactions" in caplog.text
     finally:
         for conn in (old, other, watch, migrating):
             await conn.close()
 
 
-# Table lock modes, weakest first (a mode held covers a weaker one asked for later).
-MODES = [
+SLOW = """
+CREATE TABLE slow_keys (task_id text REFERENCES tasks (id));
+SELECT pg_sleep(0.95);
+ALTER TABLE outbox ADD COLUMN slow integer;
+"""
+SLOW_LOCKS = """
+LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE;
+LOCK TABLE tasks IN SHARE ROW EXCLUSIVE MODE;
+"""
+
+
+async def test_a_slow_migration_beside_a_running_release_takes_its_locks_first(
+    new_db: NewDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Why migrations take their locks first: one that held tasks through slow work
+    # (here without the LOCK statements) and only then asked for outbox would close a
+    # cycle with a running transaction that began waiting on tasks long before, and that
+    # one would be cancelled: deadlock detected (its own short lock waits do not save it).
+    # Taking outbox first, the migration holds nothing the running one waits for.
+    dsn = await new_db()
+    await run_migrate(dsn)
+    slow = Migration(len(migrations()) + 1, "slow", SLOW_LOCKS + SLOW)
+    monkeypatch.setattr(migrations_module, "migrations", lambda: [*migrations(), slow])
+    old, migrating = [await asyncpg.connect(dsn) for _ in range(2)]
+    try:
+        old_tx = old.transaction()
+        await old_tx.start()
+        await old.execute("DELETE FROM outbox WHERE id = -1")
+        applying = asyncio.create_task(migrate(migrating))
+        await asyncio.sleep(0.05)  # the migration waits for outbox
+        await asyncio.wait_for(
+            old.execute("UPDATE tasks SET updated_at = now() WHERE id = 'none'"), 10
+        )
+        await asyncio.sleep(1.2)  # past the deadlock_timeout of a cycle, were there one
+        await old_tx.commit()
+        assert [m.name for m in await asyncio.wait_for(applying, 30)] == ["slow"]
+    finally:
+        for conn in (old, migrating):
+            await conn.close()
+
+
+async def test_a_lock_autovacuum_holds_is_waited_for_alone(
+    new_db: NewDb, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Autovacuum gives a table up only to a lock waited for a whole deadlock_timeout,
+    # longer than a migration's waits: that one lock is then waited for on its own. The
+    # holder here is a session taking autovacuum's lock mode, said to be autovacuum.
+    dsn = await new_db()
+    await run_migrate(dsn, upto=23)
+    said: list[str] = []
+
+    async def autovacuum_holds(conn: asyncpg.Connection, table: str) -> bool:
+        said.append(table)
+        return True
+
+    monkeypatch.setattr(schema_module, "autovacuum_holds", autovacuum_holds)
+    caplog.set_level(logging.WARNING, logger="hookrelay.db")
+    vacuum, migrating = [await asyncpg.connect(dsn) for _ in range(2)]
+    try:
+        tx = vacuum.transaction()
+        await tx.start()
+        await vacuum.execute("LOCK TABLE outbox IN SHARE UPDATE EXCLUSIVE MODE")
+        applying = asyncio.create_task(migrate(migrating))
+        await asyncio.sleep(0.6)  # longer than a migration's wait, not than its wait alone
+        await tx.rollback()
+        assert [m.version for m in await asyncio.wait_for(applying, 30)] == [24]
+    finally:
+        for conn in (vacuum, migrating):
+            await conn.close()
+    assert said and set(said) == {"outbox"}
+    assert "0024_ordered_delivery: autovacuum holds outbox; waiting for it alone" in caplog.text
+    assert "trying again" not in caplog.text  # no pause after waiting alone
+
+
+# PostgreSQL's table lock modes (pg_locks' names), each with those it conflicts with.
+_MODES = [
     "AccessShareLock",
     "RowShareLock",
     "RowExclusiveLock",
@@ -322,16 +398,32 @@ MODES = [
     "ExclusiveLock",
     "AccessExclusiveLock",
 ]
-LEADING_LOCKS = re.compile(r"\A(?:\s+|--[^\n]*\n|LOCK TABLE [^;]+;)*", re.IGNORECASE)
+_AS, _RS, _RX, _SUX, _S, _SRX, _X, _AX = _MODES
+CONFLICTS = {
+    _AS: {_AX},
+    _RS: {_X, _AX},
+    _RX: {_S, _SRX, _X, _AX},
+    _SUX: {_SUX, _S, _SRX, _X, _AX},
+    _S: {_RX, _SUX, _SRX, _X, _AX},
+    _SRX: {_RX, _SUX, _S, _SRX, _X, _AX},
+    _X: {_RS, _RX, _SUX, _S, _SRX, _X, _AX},
+    _AX: set(_MODES),
+}
+# What blocks the services' writes (their ROW EXCLUSIVE).
+_STRONG = CONFLICTS[_RX]
 
 
-async def _table_locks(conn: asyncpg.Connection, sql: str, tables: set[str]) -> dict[str, int]:
-    """The strongest lock ``sql`` takes on each of ``tables``, but for plain reads."""
-    strongest: dict[str, int] = {}
+async def _table_locks(
+    conn: asyncpg.Connection, sql: str, tables: set[str], step: Any = None
+) -> dict[str, set[str]]:
+    """Every lock ``sql`` (and ``step``) takes on each of ``tables``, but plain reads'."""
+    taken: dict[str, set[str]] = {}
     tx = conn.transaction()
     await tx.start()
     try:
         await conn.execute(sql)
+        if step is not None:
+            await step(conn)
         rows = await conn.fetch(
             "SELECT c.relname, l.mode FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
             " WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation' AND l.granted"
@@ -339,10 +431,9 @@ async def _table_locks(conn: asyncpg.Connection, sql: str, tables: set[str]) -> 
     finally:
         await tx.rollback()
     for r in rows:
-        rank = MODES.index(r["mode"])
-        if r["relname"] in tables and rank > MODES.index("AccessShareLock"):
-            strongest[r["relname"]] = max(rank, strongest.get(r["relname"], 0))
-    return strongest
+        if r["relname"] in tables and r["mode"] != "AccessShareLock":
+            taken.setdefault(r["relname"], set()).add(r["mode"])
+    return taken
 
 
 async def test_a_migration_takes_the_locks_it_needs_in_its_first_statements(
@@ -356,7 +447,7 @@ async def test_a_migration_takes_the_locks_it_needs_in_its_first_statements(
     dsn = await new_db()
     await run_migrate(dsn, upto=1)
     conn = await asyncpg.connect(dsn)
-    missing: dict[str, dict[str, str]] = {}
+    missing: dict[str, dict[str, list[str]]] = {}
     try:
         for m in migrations()[1:]:
             tables = {
@@ -366,13 +457,24 @@ async def test_a_migration_takes_the_locks_it_needs_in_its_first_statements(
                     " WHERE n.nspname = 'public' AND relkind = 'r'"
                 )
             }
-            taken = await _table_locks(conn, m.sql, tables)
-            blocking = [t for t, rank in taken.items() if rank >= MODES.index("ShareLock")]
+            taken = await _table_locks(conn, m.sql, tables, STEPS.get(m.name))
+            blocking = [t for t, modes in taken.items() if modes & _STRONG]
             if m.compatible and blocking and len(taken) > 1:
-                header = LEADING_LOCKS.match(m.sql)
-                first = await _table_locks(conn, f"{header[0] if header else ''}\nSELECT 1", tables)
-                late = {t: MODES[r] for t, r in taken.items() if first.get(t, -1) < r}
-                if late:
+                first = await _table_locks(
+                    conn, ";".join([*(lock.sql for lock in m.locks), "SELECT 1"]), tables
+                )
+                # A mode asked for later is granted at once if every mode that conflicts
+                # with it already conflicts with one held since the start.
+                late = {
+                    t: sorted(
+                        mode
+                        for mode in modes
+                        if not CONFLICTS[mode]
+                        <= set().union(*(CONFLICTS[h] for h in first.get(t, ())))
+                    )
+                    for t, modes in taken.items()
+                }
+                if late := {t: modes for t, modes in late.items() if modes}:
                     missing[m.label] = late
             await run_migrate(dsn, upto=m.version)
     finally:

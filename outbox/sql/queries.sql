@@ -8,17 +8,36 @@
 SELECT pg_advisory_xact_lock(7240112);
 
 -- name: migration_lock_timeout
--- After the schema lock, a migration waits at most a fifth of deadlock_timeout (and
--- at most 200 ms) for each lock it takes, then gives up and is tried again. Running
--- releases' transactions queue behind a waiting ALTER for no longer than that, and in
--- a deadlock the migration always gives up first: a migration takes its tables' locks
--- in its first statements, so every running transaction caught in a cycle with it
--- began waiting after the migration did, and would detect the deadlock (and lose its
--- work) only a whole deadlock_timeout later.
+-- After the schema lock, how long a migration waits for each lock before it gives up
+-- and is tried again: deadlock_timeout / (2 × $1), $1 the number of tables its first
+-- statements lock (at most 200 ms, at least 1 ms: 0 would mean no limit). A migration
+-- takes every table lock in those statements, one table after another, so a running
+-- transaction caught in a cycle with it began waiting at most $1 such waits before the
+-- migration's last wait ends: well within the deadlock_timeout after which that
+-- transaction would detect the deadlock and lose its work. The migration gives up
+-- first. Running releases' statements queue behind a waiting lock no longer than that.
 SELECT set_config('lock_timeout',
-                  least(200, extract(epoch FROM current_setting('deadlock_timeout')::interval)
-                             * 1000 / 5)::int || 'ms',
+                  greatest(1, least(200, extract(epoch FROM current_setting('deadlock_timeout')
+                                                            ::interval) * 1000
+                                         / (2 * greatest(1, $1::int))))::int || 'ms',
                   true);
+
+-- name: outwait_lock_timeout
+-- One and a half deadlock_timeouts: the wait of a transaction that locks one table
+-- and holds nothing else (no cycle can go through it), long enough for PostgreSQL to
+-- cancel an autovacuum worker that holds the table.
+SELECT set_config('lock_timeout',
+                  (extract(epoch FROM current_setting('deadlock_timeout')::interval) * 1500)::int
+                  || 'ms',
+                  true);
+
+-- name: autovacuum_holds
+-- Whether an autovacuum worker holds a lock on table $1 (a name).
+SELECT EXISTS (
+    SELECT 1
+      FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+     WHERE l.locktype = 'relation' AND l.relation = to_regclass($1) AND l.granted
+       AND a.backend_type = 'autovacuum worker');
 
 -- name: create_schema_version
 -- The migration runner's bootstrap: the table as 0001 made it (0014 adds

@@ -5,11 +5,13 @@ records itself in ``schema_version`` in that same transaction, so concurrent
 ``migrate`` runs (or several processes starting at once) apply each file
 exactly once and a failed file leaves nothing half-applied.
 
-Migrations run while older releases work on the same tables. A migration waits
-only briefly for each lock (``migration_lock_timeout`` in queries.sql) and is tried
-again later if it cannot have them, and one that locks several tables the services
-write takes all those locks in its first statements (``LOCK TABLE``): so it never
-stalls running transactions for long, and never makes one a deadlock's victim. A migration may
+Migrations run while older releases work on the same tables. A migration that locks
+several tables the services write takes all those locks in its first statements
+(``LOCK TABLE``, one table after another: :attr:`Migration.locks`), and waits only
+briefly for each (``migration_lock_timeout`` in queries.sql) before it gives up and is
+tried again: so it stalls running transactions only briefly, and a running
+transaction is never the victim of a deadlock over table locks with it. A lock that
+autovacuum holds is waited for alone, for longer, so that autovacuum gives way. A migration may
 also have a Python step (``hookrelay.outbox.store.migration_steps``), run after its
 SQL in the same transaction.
 
@@ -43,8 +45,23 @@ log = logging.getLogger("hookrelay.db")
 # after a pause growing from RETRY_BASE_S to RETRY_CAP_S, jittered, for GIVE_UP_S.
 RETRY_BASE_S, RETRY_CAP_S, GIVE_UP_S = 0.05, 2.0, 300.0
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+# A migration's first statements: comments, blank lines and LOCK TABLE statements.
+_LEADING_LOCKS = re.compile(r"\A(?:\s+|--[^\n]*\n|LOCK TABLE [^;]+;)*", re.IGNORECASE)
+_LOCK_TABLE = re.compile(r"LOCK TABLE ([^;]+?) IN ([A-Z ]+?) MODE\s*;", re.IGNORECASE)
 # The first line of a migration that processes of earlier releases may run beside.
 COMPATIBLE_MARK = "-- hookrelay: runs beside older releases"
+
+
+@dataclass(frozen=True, slots=True)
+class TableLock:
+    """One table a migration locks in its first statements, and in which mode."""
+
+    table: str
+    mode: str  # as LOCK TABLE spells it: "ACCESS EXCLUSIVE", "SHARE ROW EXCLUSIVE", ...
+
+    @property
+    def sql(self) -> str:
+        return f"LOCK TABLE {self.table} IN {self.mode} MODE"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +69,16 @@ class Migration:
     version: int
     name: str
     sql: str
+
+    @property
+    def locks(self) -> list[TableLock]:
+        """The table locks its first statements take, a table each, in their order."""
+        leading = _LEADING_LOCKS.match(self.sql)
+        return [
+            TableLock(table.strip(), " ".join(m[2].upper().split()))
+            for m in _LOCK_TABLE.finditer(leading[0] if leading else "")
+            for table in m[1].split(",")
+        ]
 
     @property
     def compatible(self) -> bool:
@@ -96,6 +123,10 @@ async def _applied(conn: asyncpg.Connection) -> dict[int, datetime]:
 
 async def migrate(conn: asyncpg.Connection, *, upto: int | None = None) -> list[Migration]:
     """Apply every pending migration (up to ``upto``); returns those this call applied."""
+    if conn.is_in_transaction():
+        # Each migration commits on its own; inside a caller's transaction they would
+        # hold one another's locks, and their lock timeout would outlive them.
+        raise RuntimeError("migrate() needs a connection outside any transaction")
     done: list[Migration] = []
     for migration in migrations():
         if upto is not None and migration.version > upto:
@@ -105,22 +136,41 @@ async def migrate(conn: asyncpg.Connection, *, upto: int | None = None) -> list[
     return done
 
 
+class _Blocked(Exception):
+    """The migration could not have one of the locks of its first statements in time."""
+
+    def __init__(self, lock: TableLock) -> None:
+        super().__init__(lock.sql)
+        self.lock = lock
+
+
 async def _apply_yielding(conn: asyncpg.Connection, migration: Migration) -> bool:
-    """Apply one migration, trying again while running releases hold its tables."""
+    """Apply one migration, trying again while running transactions hold its tables."""
     tries, give_up = 0, time.monotonic() + GIVE_UP_S
     while True:
         tries += 1
         try:
             return await _apply(conn, migration)
-        except (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError) as exc:
+        except (_Blocked, asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError) as exc:
             if time.monotonic() >= give_up:
                 raise
-            pause = random.uniform(0, min(RETRY_CAP_S, RETRY_BASE_S * 2**tries))
+            if isinstance(exc, _Blocked) and await schema.autovacuum_holds(conn, exc.lock.table):
+                # An autovacuum worker gives way only to a lock waited for a whole
+                # deadlock_timeout: wait that long for this one table alone, then try again.
+                log.warning(
+                    "migration %s: autovacuum holds %s; waiting for it alone",
+                    migration.label,
+                    exc.lock.table,
+                )
+                await _outwait(conn, exc.lock)
+                continue
+            pause = random.uniform(0, min(RETRY_CAP_S, RETRY_BASE_S * 2 ** min(tries, 10)))
             log.warning(
-                "migration %s: %s while running transactions hold its tables; "
-                "trying again in %.2f s (try %d)",
+                "migration %s: %s; trying again in %.2f s (try %d)",
                 migration.label,
-                type(exc).__name__,
+                f"{exc.lock.table} is locked by running transactions"
+                if isinstance(exc, _Blocked)
+                else f"{type(exc).__name__} beside running transactions",
                 pause,
                 tries,
             )
@@ -130,12 +180,18 @@ async def _apply_yielding(conn: asyncpg.Connection, migration: Migration) -> boo
 async def _apply(conn: asyncpg.Connection, migration: Migration) -> bool:
     async with conn.transaction():
         await schema.take_schema_lock(conn)
-        await schema.bound_lock_waits(conn)
+        locks = migration.locks
+        await schema.bound_lock_waits(conn, tables=len(locks))
         # A database built from schema.sql before migrations existed has
         # 0001's tables but no record of it: adopt it rather than re-run.
         await schema.prepare_versioning(conn)
         if await schema.migration_applied(conn, version=migration.version):
             return False
+        for lock in locks:  # taken here one by one, to know which one it waited for
+            try:
+                await conn.execute(lock.sql)
+            except asyncpg.LockNotAvailableError as exc:
+                raise _Blocked(lock) from exc
         await conn.execute(migration.sql)
         step = STEPS.get(migration.name)
         if step is not None:  # what SQL cannot do (hookrelay.outbox.store.migration_steps)
@@ -147,6 +203,19 @@ async def _apply(conn: asyncpg.Connection, migration: Migration) -> bool:
             compatible=migration.compatible,
         )
         return True
+
+
+async def _outwait(conn: asyncpg.Connection, lock: TableLock) -> None:
+    """Wait for ``lock`` alone (holding nothing, so in no deadlock), then give it back."""
+    tx = conn.transaction()
+    await tx.start()
+    try:
+        await schema.outwait_lock_waits(conn)
+        await conn.execute(lock.sql)
+    except asyncpg.LockNotAvailableError:
+        pass  # still held: the next try waits again
+    finally:
+        await tx.rollback()
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,8 @@ from hookrelay.outbox.sql import sql
 
 _LOCK = sql("apply_schema_lock")
 _LOCK_TIMEOUT = sql("migration_lock_timeout")
+_OUTWAIT_LOCK_TIMEOUT = sql("outwait_lock_timeout")
+_AUTOVACUUM_HOLDS = sql("autovacuum_holds")
 _CREATE_SCHEMA_VERSION = sql("create_schema_version")
 _SCHEMA_VERSION_EXISTS = sql("schema_version_exists")
 _INITIAL_TABLES_EXIST = sql("initial_tables_exist")
@@ -37,9 +39,20 @@ async def take_schema_lock(conn: asyncpg.Connection) -> None:
     await conn.execute(_LOCK)
 
 
-async def bound_lock_waits(conn: asyncpg.Connection) -> None:
-    """Until the transaction ends, give up on any lock not had within a short wait."""
-    await conn.execute(_LOCK_TIMEOUT)
+async def bound_lock_waits(conn: asyncpg.Connection, *, tables: int) -> None:
+    """Until the transaction ends, give up on any lock not had within a short wait
+    (shorter the more ``tables`` a migration locks first)."""
+    await conn.execute(_LOCK_TIMEOUT, tables)
+
+
+async def outwait_lock_waits(conn: asyncpg.Connection) -> None:
+    """Until the transaction ends, wait for a lock long enough to outlast autovacuum."""
+    await conn.execute(_OUTWAIT_LOCK_TIMEOUT)
+
+
+async def autovacuum_holds(conn: asyncpg.Connection, table: str) -> bool:
+    """Whether an autovacuum worker holds a lock on ``table`` now."""
+    return bool(await conn.fetchval(_AUTOVACUUM_HOLDS, table))
 
 
 async def prepare_versioning(conn: asyncpg.Connection) -> None:
