@@ -439,11 +439,12 @@ async def _table_locks(
 async def test_a_migration_takes_the_locks_it_needs_in_its_first_statements(
     new_db: NewDb,
 ) -> None:
-    # What makes the test above hold for every migration declared to run beside older
-    # releases: one that locks more than one table, and any of them against the
-    # services' writes, takes every lock it needs at its start. Taken later, a lock held
-    # meanwhile closes a cycle with a running transaction that started waiting first,
-    # and the deadlock detector cancels that one.
+    # What makes the tests above hold for every migration declared to run beside older
+    # releases: one that takes a lock against the services' writes or against
+    # autovacuum takes every lock it needs at its start, where the runner takes them.
+    # Taken later, a lock held meanwhile closes a cycle with a running transaction that
+    # started waiting first, and the deadlock detector cancels that one; and a lock
+    # autovacuum holds is waited for alone only among those.
     dsn = await new_db()
     await run_migrate(dsn, upto=1)
     conn = await asyncpg.connect(dsn)
@@ -458,8 +459,9 @@ async def test_a_migration_takes_the_locks_it_needs_in_its_first_statements(
                 )
             }
             taken = await _table_locks(conn, m.sql, tables, STEPS.get(m.name))
-            blocking = [t for t, modes in taken.items() if modes & _STRONG]
-            if m.compatible and blocking and len(taken) > 1:
+            # Blocking the services' writes, or an autovacuum (SHARE UPDATE EXCLUSIVE).
+            blocking = [t for t, modes in taken.items() if modes & (_STRONG | CONFLICTS[_SUX])]
+            if m.compatible and blocking:
                 first = await _table_locks(
                     conn, ";".join([*(lock.sql for lock in m.locks), "SELECT 1"]), tables
                 )

@@ -3,17 +3,18 @@
 Each migration runs in its own transaction under the schema advisory lock and
 records itself in ``schema_version`` in that same transaction, so concurrent
 ``migrate`` runs (or several processes starting at once) apply each file
-exactly once and a failed file leaves nothing half-applied.
-
-Migrations run while older releases work on the same tables. A migration that locks
-several tables the services write takes all those locks in its first statements
-(``LOCK TABLE``, one table after another: :attr:`Migration.locks`), and waits only
-briefly for each (``migration_lock_timeout`` in queries.sql) before it gives up and is
-tried again: so it stalls running transactions only briefly, and a running
-transaction is never the victim of a deadlock over table locks with it. A lock that
-autovacuum holds is waited for alone, for longer, so that autovacuum gives way. A migration may
+exactly once and a failed file leaves nothing half-applied. A migration may
 also have a Python step (``hookrelay.outbox.store.migration_steps``), run after its
 SQL in the same transaction.
+
+Migrations run while older releases work on the same tables. One that takes a lock
+against the services' writes or autovacuum takes all its table locks in its first
+statements (``LOCK TABLE``: :attr:`Migration.locks`, taken here one table at a time),
+and waits only briefly for each (``migration_lock_timeout`` in queries.sql) before it
+gives up and is tried again: so it stalls running transactions only briefly, and a
+running transaction is never the victim of a deadlock over table locks with it. A
+lock that autovacuum holds is waited for alone, for longer, so that autovacuum gives
+way.
 
 A release knows the migrations it ships. :func:`check_schema` compares them with the
 database's: a migration the release does not know is refused (:class:`SchemaMismatch`,

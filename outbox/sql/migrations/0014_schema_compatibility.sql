@@ -11,4 +11,6 @@
 -- newest migration is 0013) run together on a database that has it, upgrading and
 -- rolling back; both send and understand the same signals (outbox/store/signals.py).
 -- `python -m bench upgrade --rollback` runs the two under load.
+-- The table this migration locks, locked first (see hookrelay.outbox.store.migrations).
+LOCK TABLE schema_version IN ACCESS EXCLUSIVE MODE;
 ALTER TABLE schema_version ADD COLUMN IF NOT EXISTS compatible boolean NOT NULL DEFAULT false;

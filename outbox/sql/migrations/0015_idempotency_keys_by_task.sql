@@ -5,4 +5,6 @@
 -- took 1.5 s and the purge 30 s, growing with the square of the backlog. An index
 -- older code does not notice; built in the migration's transaction (writes to
 -- idempotency_keys wait for the build, as for every index a migration adds).
+-- The table this migration locks, locked first (see hookrelay.outbox.store.migrations).
+LOCK TABLE idempotency_keys IN SHARE MODE;
 CREATE INDEX IF NOT EXISTS idempotency_keys_task ON idempotency_keys (task_id);

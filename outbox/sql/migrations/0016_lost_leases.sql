@@ -7,4 +7,6 @@
 -- dispatcher) no longer sends the event round at every lease expiry for ever,
 -- unspent. A new defaulted column older code does not read or write (it neither
 -- counts nor resets; the count only grows once every dispatcher runs this release).
+-- The table this migration locks, locked first (see hookrelay.outbox.store.migrations).
+LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE;
 ALTER TABLE outbox ADD COLUMN IF NOT EXISTS lost_leases integer NOT NULL DEFAULT 0;

@@ -8,6 +8,8 @@
 -- `RETURNING *` statements return, which fails such a statement once inside a
 -- transaction. A new table older code never reads: an older dispatcher still
 -- running during an upgrade sends the task's webhook without them.
+-- The table this migration locks, locked first (see hookrelay.outbox.store.migrations).
+LOCK TABLE tasks IN SHARE ROW EXCLUSIVE MODE;
 CREATE TABLE IF NOT EXISTS callback_headers (
     task_id  text PRIMARY KEY REFERENCES tasks (id) ON DELETE CASCADE,
     names    text[] NOT NULL,

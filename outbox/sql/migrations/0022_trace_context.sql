@@ -6,6 +6,8 @@
 -- a new column would make them fail inside a transaction ("cached plan must not
 -- change result type"). Only tasks submitted with a trace context have a row; older
 -- code neither reads nor writes it, and a task's deletion takes its row along.
+-- The table this migration locks, locked first (see hookrelay.outbox.store.migrations).
+LOCK TABLE tasks IN SHARE ROW EXCLUSIVE MODE;
 CREATE TABLE IF NOT EXISTS task_traces (
     task_id     text PRIMARY KEY REFERENCES tasks (id) ON DELETE CASCADE,
     traceparent text NOT NULL,
