@@ -292,7 +292,7 @@ async def test_a_migration_yields_to_a_running_release_instead_of_deadlocking_it
         caplog.set_level(logging.WARNING, logger="hookrelay.db")
         applying = asyncio.create_task(migrate(migrating))
         pid = migrating.get_server_pid()
-        for _ in range(200):
+        for _ in range(1000):  # its waits are short, and it pauses between them
             if await _waiting_on_a_lock(watch, pid):
                 break
             await asyncio.sleep(0.01)
