@@ -21,6 +21,7 @@ The tree::
     ├── TransportError             an HTTP exchange with a receiver failed
     │   └── LookupFailed           the receiver's name did not resolve (in time)
     ├── LocalFault                 our own side failed (resolver, file descriptors, pool, proxy)
+    ├── MigrationBlocked           running transactions kept holding a migration's tables
     └── ConfigurationError         a bad key, secret or setting
         └── SchemaMismatch         the database's migrations are not the ones this release runs on
 
@@ -171,6 +172,10 @@ class LocalFault(OutboxError):
         super().__init__(f"{kind}: {detail}")
         self.kind: LocalFaultKind = kind
         self.detail = detail
+
+
+class MigrationBlocked(OutboxError):
+    """A migration could not have its tables' locks, tried for minutes, and was not applied."""
 
 
 class ConfigurationError(OutboxError):

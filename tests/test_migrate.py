@@ -13,6 +13,7 @@ import asyncpg
 import pytest
 
 from hookrelay.outbox.dispatch.dispatcher import running
+from hookrelay.outbox.errors import MigrationBlocked
 from hookrelay.outbox.keys.signing import generate_secret
 from hookrelay.outbox.ops.dead_letters import replay_one
 from hookrelay.outbox.store import migrations as migrations_module
@@ -385,6 +386,29 @@ async def test_a_lock_autovacuum_holds_is_waited_for_alone(
     assert said and set(said) == {"outbox"}
     assert "0024_ordered_delivery: autovacuum holds outbox; waiting for it alone" in caplog.text
     assert "trying again" not in caplog.text  # no pause after waiting alone
+
+
+async def test_a_migration_blocked_for_good_says_which_table_and_changes_nothing(
+    new_db: NewDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dsn = await new_db()
+    await run_migrate(dsn, upto=23)
+    monkeypatch.setattr(migrations_module, "GIVE_UP_S", 0.5)
+    holder, migrating = [await asyncpg.connect(dsn) for _ in range(2)]
+    try:
+        tx = holder.transaction()
+        await tx.start()
+        await holder.execute("DELETE FROM outbox WHERE id = -1")
+        with pytest.raises(MigrationBlocked, match="0024_ordered_delivery could not lock outbox"):
+            await migrate(migrating)
+        await tx.rollback()
+        assert not await migrating.fetchval(
+            "SELECT count(*) FROM schema_version WHERE version = 24"
+        )
+        assert await migrating.fetchval("SELECT to_regclass('ordering_keys')") is None
+    finally:
+        for conn in (holder, migrating):
+            await conn.close()
 
 
 # PostgreSQL's table lock modes (pg_locks' names), each with those it conflicts with.

@@ -36,7 +36,7 @@ from typing import Literal
 
 import asyncpg
 
-from hookrelay.outbox.errors import SchemaMismatch
+from hookrelay.outbox.errors import MigrationBlocked, SchemaMismatch
 from hookrelay.outbox.store import schema
 from hookrelay.outbox.store.migration_steps import STEPS
 from hookrelay.outbox.store.schema import AppliedMigration
@@ -154,7 +154,12 @@ async def _apply_yielding(conn: asyncpg.Connection, migration: Migration) -> boo
             return await _apply(conn, migration)
         except (_Blocked, asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError) as exc:
             if time.monotonic() >= give_up:
-                raise
+                what = exc.lock.table if isinstance(exc, _Blocked) else "its tables"
+                raise MigrationBlocked(
+                    f"migration {migration.label} could not lock {what} in {GIVE_UP_S:g} s "
+                    "of tries: running transactions kept holding it; end them, or migrate "
+                    "when the services are quieter"
+                ) from exc
             if isinstance(exc, _Blocked) and await schema.autovacuum_holds(conn, exc.lock.table):
                 # An autovacuum worker gives way only to a lock waited for a whole
                 # deadlock_timeout: wait that long for this one table alone, then try again.
