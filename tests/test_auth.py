@@ -35,7 +35,7 @@ async def test_only_successes_are_cached(client: httpx.AsyncClient, tenant: dict
     cache: KeyCache = state.key_cache
     # Until its LISTEN is in place the process may miss a rotation: what it cached by then
     # is forgotten once it is (a gap), so the test starts after that.
-    await eventually(lambda: state.key_revocations.connected, 5)
+    await eventually(lambda: state.listener.connected, 5)
     for _ in range(2):
         r = await client.get("/v1/tasks", headers=bearer(tenant["apiKey"] + "x"))
         assert r.status_code == 401

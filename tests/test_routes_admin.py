@@ -178,7 +178,7 @@ async def test_rotate_key_reaches_other_api_processes(client, tenant, runtime, p
         async with httpx.AsyncClient(transport=transport, base_url="http://other.test") as c2:
             # Connecting clears the cache (notifications may have been missed), so
             # wait for the LISTEN before caching the key there.
-            await eventually(lambda: other.state.key_revocations.connected, 5)
+            await eventually(lambda: other.state.listener.connected, 5)
             old = bearer(tenant["apiKey"])
             assert (await c2.get("/v1/tasks", headers=old)).status_code == 200  # cached there
             r = await client.post(f"/v1/admin/tenants/{tenant['id']}/rotate-key", headers=ADMIN)

@@ -16,7 +16,7 @@ import asyncpg
 import pytest
 
 from hookrelay.outbox import complete_task
-from hookrelay.outbox.store import OUTBOX_CHANNEL, changes, signals, tenants
+from hookrelay.outbox.store import OUTBOX_CHANNEL, Listener, changes, signals, tenants
 from hookrelay.outbox.store.migrations import migrations
 from hookrelay.outbox.tasks.submit import NewTask, create_task
 from hookrelay.outbox.tenants import create_tenant
@@ -85,8 +85,9 @@ async def test_what_this_release_sends_is_what_0_1_0_reads(dsn, pool, runtime) -
 
 @pytest.mark.anyio
 async def test_what_0_1_0_sends_wakes_this_release(dsn, pool) -> None:
-    watcher = TaskWatcher(dsn)
-    await watcher.start()
+    listener = Listener(dsn, {}, name="test-watcher")
+    watcher = TaskWatcher(listener)
+    await listener.start()
     try:
         await eventually(lambda: watcher.connected)
         for channel, payload in [
@@ -103,4 +104,4 @@ async def test_what_0_1_0_sends_wakes_this_release(dsn, pool) -> None:
             await pool.execute("SELECT pg_notify('hookrelay_changes', '{\"v\": 2}')")
             await asyncio.wait_for(woken.wait(), 5)
     finally:
-        await watcher.stop()
+        await listener.stop()

@@ -9,6 +9,7 @@ import asyncpg
 import pytest
 
 from hookrelay.outbox import complete_task, report_progress, start_task
+from hookrelay.outbox.store import Listener
 from hookrelay.outbox.tasks.submit import NewTask, create_task
 from hookrelay.outbox.tenants import create_tenant
 from hookrelay.service.live import Change, Reset, StreamHub, TooManyStreams
@@ -21,9 +22,12 @@ HOOK = "http://127.0.0.1:9/hook"
 
 @pytest.fixture
 async def hub(dsn: str, pool: asyncpg.Pool) -> AsyncIterator[StreamHub]:
-    h = StreamHub(dsn, per_tenant=3, queue_size=4)
+    listener = Listener(dsn, {}, name="test-hub")
+    h = StreamHub(listener, per_tenant=3, queue_size=4)
     await h.start(pool)
+    await listener.start()
     yield h
+    await listener.stop()
     await h.stop()
 
 
@@ -230,7 +234,7 @@ async def test_a_failed_read_is_retried(hub, pool, tenant_id, monkeypatch) -> No
 
 
 async def test_a_hub_not_started_refuses_to_open_and_numbers_nothing(dsn, tenant_id) -> None:
-    idle = StreamHub(dsn)
+    idle = StreamHub(Listener(dsn, {}))
     idle.number_soon()  # nothing to number with: no pool yet
     with pytest.raises(RuntimeError, match=r"start\(\) was not called"):
         await idle.open(tenant_id)

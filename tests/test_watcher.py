@@ -8,6 +8,7 @@ import time
 import httpx
 import pytest
 
+from hookrelay.outbox.store import KEYS_CHANNEL
 from hookrelay.outbox.store.pool import create_pool
 from hookrelay.service.server.app import create_app
 from tests.support import ADMIN, bearer, eventually
@@ -135,7 +136,8 @@ async def test_the_api_listens_on_one_connection(client, pool, listening) -> Non
     # The long polls, the stream hub and the API keys' revocations share one LISTEN: a
     # backend more would be woken by PostgreSQL at every notifying commit.
     state = client._transport.app.state
-    assert state.hub._listener is state.watcher._listener is state.key_revocations
+    assert state.hub._listener is state.watcher._listener is state.listener
+    assert KEYS_CHANNEL in state.listener._callbacks  # the revocations'
     await asyncio.sleep(0.5)  # a LISTEN of another connection, if any, would be in place
     listening_backends = await pool.fetchval(
         "SELECT count(*) FROM pg_stat_activity "

@@ -62,14 +62,10 @@ class KeyCache:
         self._entries.clear()
 
 
-def revocations(dsn: str, cache: KeyCache, *, listener: Listener | None = None) -> Listener:
-    """LISTEN for rotated API keys; after any outage, forget every cached key.
-
-    On ``listener`` (the process's shared one) if given, else on one of its own.
-    """
-    listener = listener or Listener(dsn, {}, name="hookrelay-keys")
+def revocations(cache: KeyCache, listener: Listener) -> None:
+    """Through ``listener`` (the process's LISTEN), hear of rotated API keys; after any
+    outage, forget every cached key."""
     listener.join({KEYS_CHANNEL: cache.evict_tenant}, on_gap=cache.clear)
-    return listener
 
 
 def _bearer(request: Request) -> str:

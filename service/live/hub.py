@@ -73,11 +73,10 @@ class StreamHub:
 
     def __init__(
         self,
-        dsn: str,
+        listener: Listener,
         *,
         per_tenant: int = 500,
         queue_size: int = 1000,
-        listener: Listener | None = None,
     ) -> None:
         self.per_tenant, self.queue_size = per_tenant, queue_size
         self._tenants: dict[str, _Tenant] = {}
@@ -88,9 +87,8 @@ class StreamHub:
         )
         self._ticking: asyncio.Task[None] | None = None
         self._wake: tuple[str, str] | None = None  # sent with the next numbering
-        # The process's shared LISTEN (started and stopped by its owner), else one of its own.
-        self._own_listener = listener is None
-        self._listener = listener or Listener(dsn, {}, name="hookrelay-streams")
+        # The process's LISTEN: its owner starts it once the hub has its pool.
+        self._listener = listener
         self._listener.join(
             {CHANGES_CHANNEL: self._notified, TASKS_CHANNEL: lambda _: self.number_soon()},
             on_gap=self._read_all,
@@ -98,8 +96,6 @@ class StreamHub:
 
     async def start(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
-        if self._own_listener:
-            await self._listener.start()
         self._ticking = asyncio.create_task(self._tick(), name="hookrelay-stream-tick")
 
     async def _tick(self) -> None:
@@ -117,8 +113,6 @@ class StreamHub:
 
     async def stop(self) -> None:
         self.end_all()
-        if self._own_listener:
-            await self._listener.stop()
         await self._numbering.stop()
         if self._ticking is not None:
             self._ticking.cancel()

@@ -19,12 +19,11 @@ from hookrelay.outbox.store import CHANGES_CHANNEL, TASKS_CHANNEL, Listener, par
 
 
 class TaskWatcher:
-    def __init__(self, dsn: str, *, listener: Listener | None = None) -> None:
+    def __init__(self, listener: Listener) -> None:
+        """Waiters woken through ``listener``, the process's LISTEN (its owner starts it)."""
         self._waiters: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
         self._released = False
-        # The process's shared LISTEN (started and stopped by its owner), else one of its own.
-        self._own_listener = listener is None
-        self._listener = listener or Listener(dsn, {}, name="hookrelay-watcher")
+        self._listener = listener
         self._listener.join(
             {TASKS_CHANNEL: self.notify, CHANGES_CHANNEL: self._changed}, on_gap=self._wake_all
         )
@@ -34,14 +33,9 @@ class TaskWatcher:
         """Whether the LISTEN is in place. Connecting wakes every waiter once (a gap)."""
         return self._listener.connected
 
-    async def start(self) -> None:
-        self._released = False  # an app may be started again after a shutdown
-        if self._own_listener:
-            await self._listener.start()
-
-    async def stop(self) -> None:
-        if self._own_listener:
-            await self._listener.stop()
+    def start(self) -> None:
+        """Waiters wait again (an app may be started again after a shutdown)."""
+        self._released = False
 
     @contextlib.contextmanager
     def watch(self, task_id: str) -> Iterator[asyncio.Event]:

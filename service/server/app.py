@@ -64,7 +64,7 @@ def create_app(
         app.state.pool = pool or await runtime.open_pool()
         # The API's writes, coalesced into one statement per burst (outbox.tasks.group_commit).
         app.state.writes = GroupCommit(app.state.pool, box=runtime.secret_box)
-        await app.state.watcher.start()
+        app.state.watcher.start()
         await app.state.hub.start(app.state.pool)
         app.state.signals = signals = Signals(app.state.hub, app.state.watcher)
         # Once every part that reads it has its pool: a (re)connect calls each one's gap.
@@ -79,7 +79,6 @@ def create_app(
             await app.state.listener.stop()
             await app.state.hub.stop()
             await app.state.submit_resolver.close()
-            await app.state.watcher.stop()
             if own:
                 await app.state.pool.close()
 
@@ -122,13 +121,9 @@ def create_app(
     # the API keys' revocations (hookrelay.outbox.store.listener says why).
     app.state.listener = listener = Listener(runtime.listen_dsn, {}, name="hookrelay-api")
     # One per process: its reads serve every SSE and WebSocket stream.
-    app.state.hub = StreamHub(
-        runtime.listen_dsn, per_tenant=settings.streams_per_tenant, listener=listener
-    )
-    app.state.watcher = TaskWatcher(runtime.listen_dsn, listener=listener)
-    app.state.key_revocations = revocations(
-        runtime.listen_dsn, app.state.key_cache, listener=listener
-    )
+    app.state.hub = StreamHub(listener, per_tenant=settings.streams_per_tenant)
+    app.state.watcher = TaskWatcher(listener)
+    revocations(app.state.key_cache, listener)
     app.state.secret_box = runtime.secret_box
     app.state.address_policy = settings.address_policy()
     # Submit-time lookups have their own resolver and deadline, apart from the
