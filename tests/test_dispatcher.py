@@ -424,6 +424,29 @@ async def test_a_bug_in_a_claim_round_does_not_stop_the_dispatcher(
     assert "claim round failed" in caplog.text
 
 
+async def test_a_wake_up_during_a_claim_round_is_not_lost(pool, runtime, receiver) -> None:
+    # An event committed while the dispatcher is claiming: its NOTIFY arrives mid-round.
+    # The dispatcher must look again at once, not at the next poll (a minute here).
+    slow_poll = replace(runtime, settings=replace(runtime.settings, poll_interval_s=60))
+    d = dispatcher(slow_poll, pool)
+    real, rounds = d._claim_round, list[float]()
+
+    async def notified_meanwhile(look: bool) -> bool:
+        full = await real(look)
+        rounds.append(time.monotonic())
+        if len(rounds) == 1:
+            _, [event_id] = await backlog(pool, runtime, receiver.url, 1)
+            ids.append(event_id)
+            d._notified("")  # what the listener calls for that commit's NOTIFY
+        return full
+
+    ids: list[str] = []
+    d._claim_round = notified_meanwhile  # type: ignore[method-assign]
+    async with running(d):
+        await receiver.wait_for(1, timeout=10)
+    assert receiver.event_ids() == ids
+
+
 async def test_a_bug_in_an_attempt_gives_the_row_back_counted(
     pool, runtime, receiver, monkeypatch
 ) -> None:

@@ -218,6 +218,9 @@ class Dispatcher:
         try:
             while not self._stopping.is_set():
                 self.turned_at = time.monotonic()
+                # Cleared before the flags are read, never after a round: a wake-up that
+                # comes during the round (a NOTIFY, a hint) then ends the wait below.
+                self._wake.clear()
                 free = self._free_slots()
                 await self._release(self._ahead.expired(time.monotonic()))
                 if free > 0 and (
@@ -243,7 +246,6 @@ class Dispatcher:
                     if full:
                         self._freed = self._low_water  # the batch size cut it short: go on
                         continue
-                self._wake.clear()
                 wait = self.config.poll_interval_s
                 if self._rate_held:  # a host's bucket is refilling: look again once it has
                     wait = min(wait, max(0.0, min(self._rate_held.values()) - time.monotonic()))
