@@ -30,6 +30,7 @@ import resource
 import statistics
 import subprocess
 import tempfile
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -67,6 +68,32 @@ def cpu_s(pid: int) -> float:
 def own_cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+def machine_busy_s() -> float:
+    """CPU seconds all of this machine's cores have spent busy so far (/proc/stat):
+    every process's, PostgreSQL's and the load generator's included; idle and I/O
+    wait are not busy."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields)
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+class BusyCores(threading.Thread):
+    """How many cores of the machine were busy, on average, from ``after`` seconds
+    after :meth:`start` for ``span`` seconds: a window inside a load generator's
+    measured part, so its start and warm-up stay out."""
+
+    def __init__(self, after: float, span: float) -> None:
+        super().__init__(daemon=True)
+        self._after, self._span = after, span
+        self.cores = float("nan")
+
+    def run(self) -> None:
+        time.sleep(self._after)
+        busy0, t0 = machine_busy_s(), time.perf_counter()
+        time.sleep(self._span)
+        self.cores = (machine_busy_s() - busy0) / (time.perf_counter() - t0)
 
 
 async def drain_counted(

@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import base64
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -30,7 +31,7 @@ import asyncpg
 
 from bench.api import load
 from bench.common import DESTINATION_KEY, fresh_database, record, server_dsn
-from bench.sched import cpu_s
+from bench.sched import BusyCores, cpu_s, machine_busy_s
 from hookrelay.outbox import ids
 from hookrelay.outbox.destinations import host_key
 from hookrelay.outbox.keys.at_rest import SecretBox
@@ -69,6 +70,10 @@ class Figure:
     p99_ms: float = float("nan")
     bad: int = 0
     cpu_us: float = float("nan")  # the API process's CPU per request
+    # The whole machine's busy CPU per request (or row) while it ran: the API's, the
+    # load generator's (or the SQL client's) and PostgreSQL's. Closed-loop rates of
+    # two figures that keep the cores busy stand in the inverse ratio of these.
+    machine_us: float = float("nan")
 
 
 async def sql_rate(
@@ -92,10 +97,12 @@ async def sql_rate(
         stop_at = time.perf_counter() + 0.5  # warm up: plans cached, pages in memory
         await asyncio.gather(*(one(i, c) for i, c in enumerate(conns)))
         done = 0
-        t0 = time.perf_counter()
+        busy0, t0 = machine_busy_s(), time.perf_counter()
         stop_at = t0 + seconds
         await asyncio.gather(*(one(i, c) for i, c in enumerate(conns)))
-        return Figure(statement.split(" (")[0], done / (time.perf_counter() - t0))
+        busy = machine_busy_s() - busy0
+        rate = done / (time.perf_counter() - t0)
+        return Figure(statement.split(" (")[0], rate, machine_us=busy / done * 1e6)
     finally:
         for c in conns:
             await c.close()
@@ -129,7 +136,7 @@ async def trivial_route(seconds: float, clients: int) -> Figure:
     try:
         wait_for_port(port, trivial)
         cpu0 = cpu_s(trivial.pid)
-        row = load(
+        row, cores = loaded(
             f"http://127.0.0.1:{port}/task",
             method="POST",
             body=json.dumps(SUBMIT),
@@ -137,17 +144,34 @@ async def trivial_route(seconds: float, clients: int) -> Figure:
             seconds=seconds,
             concurrency=clients,
         )
-        return http_figure("trivial", row, cpu_s(trivial.pid) - cpu0)
+        return http_figure("trivial", row, cpu_s(trivial.pid) - cpu0, cores)
     finally:
         trivial.terminate()
         trivial.wait(30)
 
 
-def http_figure(name: str, row: dict[str, Any], cpu_s: float) -> Figure:
+# The load generator measures after its interpreter starts and a second of warm-up:
+# the machine's busy cores are read from this far into a run, for its last second less.
+MEASURED_AFTER_S = 2.0
+
+
+def loaded(url: str, **kwargs: Any) -> tuple[dict[str, Any], float]:
+    """:func:`bench.api.load`, and the machine's busy cores inside its measured part."""
+    window = BusyCores(after=MEASURED_AFTER_S, span=max(0.5, kwargs["seconds"] - 1.0))
+    window.start()
+    row = load(url, **kwargs)
+    window.join()
+    return row, window.cores
+
+
+def http_figure(name: str, row: dict[str, Any], cpu_s: float, cores: float) -> Figure:
     bad = sum(n for s, n in row["statuses"].items() if not str(s).startswith("2"))
     answered = row["requests"] + row.get("warmup_requests", 0)
     cpu_us = cpu_s / answered * 1e6 if answered else float("nan")
-    return Figure(name, row["rps"], row["p50_ms"], row["p99_ms"], bad + int(row["errors"]), cpu_us)
+    machine_us = cores / row["rps"] * 1e6 if row["rps"] else float("nan")
+    return Figure(
+        name, row["rps"], row["p50_ms"], row["p99_ms"], bad + int(row["errors"]), cpu_us, machine_us
+    )
 
 
 async def measure(
@@ -209,7 +233,7 @@ async def measure(
         json_header = {"Content-Type": "application/json"}
         for label in labels:
             cpu0 = cpu_s(api.pid)
-            row = load(
+            row, cores = loaded(
                 base,
                 method="POST",
                 body=json.dumps(SUBMIT),
@@ -218,11 +242,11 @@ async def measure(
                 **common,
             )
             cpu = cpu_s(api.pid) - cpu0
-            figures[f"submit_{label}"] = http_figure(f"submit {label}", row, cpu)
+            figures[f"submit_{label}"] = http_figure(f"submit {label}", row, cpu, cores)
         done = json.dumps({"status": "succeeded", "result": {"ok": True}})
         for label in labels:
             cpu0 = cpu_s(api.pid)
-            row = load(
+            row, cores = loaded(
                 base,
                 method="POST",
                 body=done,
@@ -231,7 +255,7 @@ async def measure(
                 **common,
             )
             cpu = cpu_s(api.pid) - cpu0
-            figures[f"complete_{label}"] = http_figure(f"complete {label}", row, cpu)
+            figures[f"complete_{label}"] = http_figure(f"complete {label}", row, cpu, cores)
     finally:
         api.terminate()
         api.wait(30)
@@ -258,18 +282,24 @@ async def main() -> None:
     lines = [
         f"{args.clients} clients; one `hookrelay api` at default settings",
         "",
-        "| what | per s | × ceiling | p50 ms | p99 ms | API CPU per request, µs | non-2xx |",
-        "|---|---|---|---|---|---|---|",
+        "| what | per s | × ceiling | p50 ms | p99 ms | API CPU per request, µs "
+        "| machine CPU per request, µs | non-2xx |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, fig in rows:
         lat = "" if fig.p50_ms != fig.p50_ms else f"{fig.p50_ms:.1f}"
         tail = "" if fig.p99_ms != fig.p99_ms else f"{fig.p99_ms:.1f}"
         ratio = fig.per_s / ceiling
         cpu = "" if fig.cpu_us != fig.cpu_us else f"{fig.cpu_us:,.0f}"
+        machine = "" if fig.machine_us != fig.machine_us else f"{fig.machine_us:,.0f}"
         lines.append(
-            f"| {name} | {fig.per_s:,.0f} | {ratio:.2f} | {lat} | {tail} | {cpu} | {fig.bad} |"
+            f"| {name} | {fig.per_s:,.0f} | {ratio:.2f} | {lat} | {tail} | {cpu} | {machine} "
+            f"| {fig.bad} |"
         )
     lines += [
+        "",
+        f"machine CPU per request: every process's busy CPU (API, load generator or SQL "
+        f"client, PostgreSQL) on this machine's {os.cpu_count()} cores, divided by the rate",
         "",
         f"one tenant ÷ {args.tenants} tenants: submit "
         f"{f['submit_one'].per_s / f['submit_many'].per_s:.2f}, complete "
