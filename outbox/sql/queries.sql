@@ -349,6 +349,11 @@ UPDATE tasks
                                THEN now() + make_interval(secs => tasks.heartbeat_timeout_s) END
   FROM n
  WHERE tasks.id = n.id AND tasks.status = ANY(string_to_array(n.allowed, ','))
+   -- The rows by their key, whatever the planner guesses of n (a function of the
+   -- statement's JSON, which it takes for 100 rows): joined to n alone, a plan
+   -- kept for reuse hashed every task of a small table, and a fresh plan per
+   -- statement cost more than the statement.
+   AND tasks.id = ANY(ARRAY(SELECT n.id FROM n))
    AND (n.tenant_id IS NULL OR tasks.tenant_id = n.tenant_id)
 
 -- name: _one_transition
@@ -498,8 +503,7 @@ SELECT {{_task_as_text}} FROM t;
 -- round trip and one commit. $1 is one JSON array, an object per transition, in
 -- order (encoded in one call, as insert_tasks's): ord its number in the batch, then
 -- as _one_transition's $1 to $7: id, status, result and error (JSON values), event_id,
--- allowed (comma-separated), tenant_id. $2 the same task ids as an array, for the
--- row locks' index scan. The batch never
+-- allowed (comma-separated), tenant_id. The batch never
 -- holds two transitions of one task (the coalescer holds the second back for the
 -- next statement), so each task changes at most once. A row back for each one that
 -- changed its task, by its number; none for a refused one (not found, not allowed,
@@ -517,15 +521,18 @@ WITH given AS MATERIALIZED (
       FROM ordering_keys o
      WHERE (o.tenant_id, o.ordering_key) IN (
                SELECT k.tenant_id, k.ordering_key
-                 FROM given g JOIN task_ordering_keys k ON k.task_id = g.id
-                WHERE g.event_id IS NOT NULL)
+                 FROM task_ordering_keys k
+                WHERE k.task_id = ANY(ARRAY(SELECT g.id FROM given g
+                                             WHERE g.event_id IS NOT NULL)))
        FOR UPDATE SKIP LOCKED
 ), n AS MATERIALIZED (
     -- SKIP LOCKED: a task another transaction holds (an executor completing it inside
     -- its own transaction, the sweeper timing it out) is left out rather than waited
     -- for, which would hold up every write of the batch; the caller writes it alone.
     SELECT g.* FROM given g
-     WHERE g.id IN (SELECT id FROM tasks WHERE id = ANY($2::text[]) FOR UPDATE SKIP LOCKED)
+     WHERE g.id IN (SELECT id FROM tasks
+                     WHERE id = ANY(ARRAY(SELECT g2.id FROM given g2))
+                       FOR UPDATE SKIP LOCKED)
        -- So is a terminal transition whose task's ordering key another transaction
        -- holds (0024: it is queueing an event of that key, and holds it to commit).
        AND NOT EXISTS (

@@ -360,6 +360,14 @@ async def finish_tasks(
     """:func:`finish_step` for many tasks in one statement: for each change the task
     as it left it, or None where it wrote nothing (see :func:`finish_step`). No two
     changes may name the same task."""
+    out: list[Task | None] = [None] * len(changes)
+    for row in await conn.fetch(_FINISH_TASKS, finish_tasks_rows(changes)):
+        out[row["ord"]] = task_from_text(row)
+    return out
+
+
+def finish_tasks_rows(changes: Sequence[Transition]) -> str:
+    """``finish_tasks``'s one parameter: the changes as one JSON array."""
     given = [
         _Transitioned(
             i,
@@ -373,11 +381,7 @@ async def finish_tasks(
         )
         for i, c in enumerate(changes)
     ]
-    task_ids = [c.task_id for c in changes]
-    out: list[Task | None] = [None] * len(changes)
-    for row in await conn.fetch(_FINISH_TASKS, _encode_rows(given).decode(), task_ids):
-        out[row["ord"]] = task_from_text(row)
-    return out
+    return _encode_rows(given).decode()
 
 
 async def claim_overdue_tasks(conn: asyncpg.Connection, *, limit: int) -> list[TaskId]:
