@@ -385,3 +385,37 @@ def _rows_read(plan: Any) -> int:
 
     walk((json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"])
     return total
+
+
+async def test_lone_progress_reports_reuse_one_plan_that_reads_their_tasks_by_key(
+    pool, tenant_id
+) -> None:
+    """As for completes: a report that arrives alone is planned once, and the kept
+    plan reaches its task by key, not through the index of every running task."""
+    from hookrelay.outbox.sql import sql
+    from hookrelay.outbox.store import tasks as store
+
+    task_ids = await _seed_queued(pool, tenant_id, MANY_TASKS)
+    # All of them running, which the planner does not know yet: it was told of none.
+    await pool.execute("UPDATE tasks SET status = 'running'")
+    statement = sql("report_progresses")
+    async with pool.acquire() as conn:
+        for task_id in task_ids[:12]:
+            [task] = await store.report_progresses(conn, [store.Report(task_id, 50.0, None)])
+            assert task is not None and task.progress is not None
+        generic, custom = await conn.fetchrow(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1",
+            statement,
+        )
+        assert (generic, custom) == (12 - FRESH_PLANS, FRESH_PLANS)
+        async with conn.transaction():
+            await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            await conn.execute(f"PREPARE kept (text) AS {statement}")
+            try:
+                batch = store.report_progresses_rows([store.Report(task_ids[12], 50.0, None)])
+                plan = await conn.fetchval(
+                    f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE kept({_literal(batch)})"
+                )
+            finally:
+                await conn.execute("DEALLOCATE kept")
+    assert _rows_read(plan) < 50

@@ -425,19 +425,31 @@ class Report:
     tenant_id: str | None = None
 
 
+class _Reported(msgspec.Struct):
+    ord: int
+    id: str
+    percent: float
+    message: str | None
+    tenant_id: str | None
+
+
 async def report_progresses(
     conn: asyncpg.Connection, reports: Sequence[Report]
 ) -> list[Task | None]:
     """:func:`progress_step` for many tasks in one statement: for each report the task
     as it left it, or None where it wrote nothing. No two reports may name one task."""
-    cols: list[list[Any]] = [[], [], [], [], []]
-    for i, r in enumerate(reports):
-        for col, value in zip(cols, (i, r.task_id, r.percent, r.message, r.tenant_id), strict=True):
-            col.append(value)
     out: list[Task | None] = [None] * len(reports)
-    for row in await conn.fetch(_REPORT_PROGRESSES, *cols):
+    for row in await conn.fetch(_REPORT_PROGRESSES, report_progresses_rows(reports)):
         out[row["ord"]] = task_from_text(row)
     return out
+
+
+def report_progresses_rows(reports: Sequence[Report]) -> str:
+    """``report_progresses``'s one parameter: the reports as one JSON array."""
+    given = [
+        _Reported(i, r.task_id, r.percent, r.message, r.tenant_id) for i, r in enumerate(reports)
+    ]
+    return _encode_rows(given).decode()
 
 
 def notify_task_step(*, task_id: str) -> Step:
