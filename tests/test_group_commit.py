@@ -336,32 +336,58 @@ async def test_lone_completes_reuse_one_plan_that_reads_their_tasks_by_key(pool,
     """A complete that arrives alone is a batch of one. Its statement is planned
     once and kept (not planned afresh for each, which cost four times the statement),
     and the kept plan reaches its task through the key, not by reading the table."""
-    from hookrelay.outbox.sql import sql
     from hookrelay.outbox.store import tasks as store
 
     task_ids = await _seed_queued(pool, tenant_id, MANY_TASKS)
-    statement = sql("finish_tasks")
     async with pool.acquire() as conn:
         for task_id in task_ids[:12]:
             [task] = await store.finish_tasks(conn, [_transition(task_id)])
             assert task is not None and task.status == "succeeded"
-        generic, custom = await conn.fetchrow(
-            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1",
-            statement,
-        )
-        assert (generic, custom) == (12 - FRESH_PLANS, FRESH_PLANS)
+        batch = store.finish_tasks_rows([_transition(task_ids[12])])
+        await _assert_one_plan_kept_reading_by_key(conn, "finish_tasks", runs=12, batch=batch)
 
-        # What the kept plan reads: the plan PostgreSQL keeps, run on a batch of one.
-        async with conn.transaction():
-            await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-            await conn.execute(f"PREPARE kept (text) AS {statement}")
-            try:
-                batch = store.finish_tasks_rows([_transition(task_ids[12])])
-                plan = await conn.fetchval(
-                    f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE kept({_literal(batch)})"
-                )
-            finally:
-                await conn.execute("DEALLOCATE kept")
+
+async def test_lone_progress_reports_reuse_one_plan_that_reads_their_tasks_by_key(
+    pool, tenant_id
+) -> None:
+    """As for completes: a report that arrives alone is planned once, and the kept
+    plan reaches its task by key, not through the index of every running task."""
+    from hookrelay.outbox.store import tasks as store
+
+    task_ids = await _seed_queued(pool, tenant_id, MANY_TASKS)
+    # All of them running, which the planner does not know yet: it was told of none.
+    await pool.execute("UPDATE tasks SET status = 'running'")
+    async with pool.acquire() as conn:
+        for task_id in task_ids[:12]:
+            [task] = await store.report_progresses(conn, [store.Report(task_id, 50.0, None)])
+            assert task is not None and task.progress is not None
+        batch = store.report_progresses_rows([store.Report(task_ids[12], 50.0, None)])
+        await _assert_one_plan_kept_reading_by_key(conn, "report_progresses", runs=12, batch=batch)
+
+
+async def _assert_one_plan_kept_reading_by_key(
+    conn: asyncpg.Connection, name: str, *, runs: int, batch: str
+) -> None:
+    """The named statement, run ``runs`` times on ``conn``, was planned afresh only the
+    first few times; and the plan kept, run on ``batch`` (a batch of one), reads a few
+    rows, not the table."""
+    from hookrelay.outbox.sql import sql
+
+    statement = sql(name)
+    generic, custom = await conn.fetchrow(
+        "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1",
+        statement,
+    )
+    assert (generic, custom) == (runs - FRESH_PLANS, FRESH_PLANS)
+    async with conn.transaction():
+        await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        await conn.execute(f"PREPARE kept (text) AS {statement}")
+        try:
+            plan = await conn.fetchval(
+                f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE kept({_literal(batch)})"
+            )
+        finally:
+            await conn.execute("DEALLOCATE kept")
     assert _rows_read(plan) < 50
 
 
@@ -385,37 +411,3 @@ def _rows_read(plan: Any) -> int:
 
     walk((json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"])
     return total
-
-
-async def test_lone_progress_reports_reuse_one_plan_that_reads_their_tasks_by_key(
-    pool, tenant_id
-) -> None:
-    """As for completes: a report that arrives alone is planned once, and the kept
-    plan reaches its task by key, not through the index of every running task."""
-    from hookrelay.outbox.sql import sql
-    from hookrelay.outbox.store import tasks as store
-
-    task_ids = await _seed_queued(pool, tenant_id, MANY_TASKS)
-    # All of them running, which the planner does not know yet: it was told of none.
-    await pool.execute("UPDATE tasks SET status = 'running'")
-    statement = sql("report_progresses")
-    async with pool.acquire() as conn:
-        for task_id in task_ids[:12]:
-            [task] = await store.report_progresses(conn, [store.Report(task_id, 50.0, None)])
-            assert task is not None and task.progress is not None
-        generic, custom = await conn.fetchrow(
-            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1",
-            statement,
-        )
-        assert (generic, custom) == (12 - FRESH_PLANS, FRESH_PLANS)
-        async with conn.transaction():
-            await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-            await conn.execute(f"PREPARE kept (text) AS {statement}")
-            try:
-                batch = store.report_progresses_rows([store.Report(task_ids[12], 50.0, None)])
-                plan = await conn.fetchval(
-                    f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE kept({_literal(batch)})"
-                )
-            finally:
-                await conn.execute("DEALLOCATE kept")
-    assert _rows_read(plan) < 50
