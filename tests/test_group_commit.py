@@ -225,6 +225,23 @@ async def test_progress_reports_in_a_burst(writes, tenant_id, pool) -> None:
     assert got[2].progress["percent"] == 100
 
 
+async def test_a_report_the_batch_cannot_encode_fails_alone(writes, tenant_id, pool) -> None:
+    # A lone surrogate cannot be encoded as UTF-8: the batch's one parameter fails to
+    # build, before any statement. The API refuses such text first; a direct caller
+    # still loses only that report.
+    ids = await queued(writes, tenant_id, 3)
+    for i in ids:
+        await writes.start(i)
+    got = await burst(
+        writes.progress(ids[0], 10, "ok"),
+        writes.progress(ids[1], 20, "bad \ud800"),
+        writes.progress(ids[2], 30),
+    )
+    assert got[0].progress["percent"] == 10 and got[2].progress["percent"] == 30
+    assert isinstance(got[1], Exception)
+    assert writes.reports.alone == 3
+
+
 async def test_a_cancelled_request_leaves_the_rest_of_its_batch() -> None:
     gate = asyncio.Event()
     seen: list[list[int]] = []

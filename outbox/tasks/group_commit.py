@@ -304,11 +304,12 @@ class GroupCommit:
     ) -> list[R | Exception | Alone[R]]:
         """``many`` on one connection; each None it gives, and every item when the
         statement itself fails (one bad row fails them all, writing nothing), is
-        written alone through ``single``."""
+        written alone through ``single``. So is every item when the batch's parameter
+        cannot be built (text that is not UTF-8): the bad one then fails by itself."""
         try:
             async with self._pool.acquire() as conn:
                 done = await many(conn, items)
-        except asyncpg.PostgresError as exc:
+        except (asyncpg.PostgresError, UnicodeError) as exc:
             if isinstance(exc, TRANSIENT_ERRORS) or len(items) == 1:
                 raise
             return [self._alone(single, item) for item in items]
