@@ -583,9 +583,8 @@ SELECT {{_task_as_text}} FROM t;
 -- Reports on many tasks in ONE statement (the API coalesces those that arrive
 -- together, hookrelay.outbox.tasks.group_commit). $1 is one JSON array, an object per
 -- report (as finish_tasks's): ord its number in the batch, then as report_progress's
--- $1 to $4: id, percent, message, tenant_id. One parameter, whose size the planner
--- cannot see: with an array per column it could, judged a fresh plan cheaper for
--- each lone report, and planned every one again (four times the statement's cost).
+-- $1 to $4: id, percent, message, tenant_id; nothing else, for the reason
+-- finish_tasks gives (its plan is kept, not made again for each lone report).
 -- Never two reports on one task in a batch. A row back for each one written, by its
 -- number; none for one refused or locked elsewhere, which the caller reports alone.
 WITH given AS MATERIALIZED (

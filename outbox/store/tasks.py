@@ -360,8 +360,16 @@ async def finish_tasks(
     """:func:`finish_step` for many tasks in one statement: for each change the task
     as it left it, or None where it wrote nothing (see :func:`finish_step`). No two
     changes may name the same task."""
-    out: list[Task | None] = [None] * len(changes)
-    for row in await conn.fetch(_FINISH_TASKS, finish_tasks_rows(changes)):
+    return await _tasks_by_ord(conn, _FINISH_TASKS, finish_tasks_rows(changes), len(changes))
+
+
+async def _tasks_by_ord(
+    conn: asyncpg.Connection, statement: str, rows: str, n: int
+) -> list[Task | None]:
+    """A batch statement's answer: for each of its ``n`` rows the task its row ``ord``
+    came back with, None where none did."""
+    out: list[Task | None] = [None] * n
+    for row in await conn.fetch(statement, rows):
         out[row["ord"]] = task_from_text(row)
     return out
 
@@ -425,6 +433,7 @@ class Report:
     tenant_id: str | None = None
 
 
+# One report as report_progresses reads it from its JSON array.
 class _Reported(msgspec.Struct):
     ord: int
     id: str
@@ -438,10 +447,9 @@ async def report_progresses(
 ) -> list[Task | None]:
     """:func:`progress_step` for many tasks in one statement: for each report the task
     as it left it, or None where it wrote nothing. No two reports may name one task."""
-    out: list[Task | None] = [None] * len(reports)
-    for row in await conn.fetch(_REPORT_PROGRESSES, report_progresses_rows(reports)):
-        out[row["ord"]] = task_from_text(row)
-    return out
+    return await _tasks_by_ord(
+        conn, _REPORT_PROGRESSES, report_progresses_rows(reports), len(reports)
+    )
 
 
 def report_progresses_rows(reports: Sequence[Report]) -> str:
